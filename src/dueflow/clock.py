@@ -1,0 +1,104 @@
+"""Clocks: the only source of "now" in dueflow, so tests can drive deadlines without sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from abc import ABC, abstractmethod
+from datetime import UTC, datetime, timedelta
+
+
+def utcnow() -> datetime:
+    """The wall-clock time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class Clock(ABC):
+    """Tells the time and waits for it."""
+
+    @abstractmethod
+    def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
+
+    @abstractmethod
+    async def sleep_until(self, when: datetime, wake: asyncio.Event | None = None) -> None:
+        """Return once ``when`` has come, or earlier once ``wake`` is set."""
+
+
+async def _wait(wake: asyncio.Event | None, seconds: float) -> None:
+    seconds = max(0.0, seconds)
+    if wake is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wake.wait(), timeout=seconds)
+
+
+class SystemClock(Clock):
+    """Real time."""
+
+    def now(self) -> datetime:
+        return utcnow()
+
+    async def sleep_until(self, when: datetime, wake: asyncio.Event | None = None) -> None:
+        await _wait(wake, (when - self.now()).total_seconds())
+
+
+class ScaledClock(Clock):
+    """Time that runs ``speed`` times faster than real time, from ``start`` (for demos)."""
+
+    def __init__(self, *, speed: float, start: datetime | None = None) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.speed = speed
+        self._start = start or utcnow()
+        self._t0 = time.monotonic()
+
+    def now(self) -> datetime:
+        return self._start + timedelta(seconds=(time.monotonic() - self._t0) * self.speed)
+
+    async def sleep_until(self, when: datetime, wake: asyncio.Event | None = None) -> None:
+        await _wait(wake, (when - self.now()).total_seconds() / self.speed)
+
+
+class FakeClock(Clock):
+    """Time that moves only when a test moves it; sleepers wake when it passes their time."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self._moved: asyncio.Condition | None = None
+
+    def now(self) -> datetime:
+        return self._now
+
+    def set(self, when: datetime) -> None:
+        """Move to ``when`` (never backwards)."""
+        if when.tzinfo is None:
+            raise ValueError("FakeClock needs a timezone-aware time")
+        self._now = max(self._now, when)
+        if self._moved is not None:
+            condition = self._moved
+
+            async def notify() -> None:
+                async with condition:
+                    condition.notify_all()
+
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().create_task(notify())
+
+    def advance(self, delta: timedelta | float) -> datetime:
+        """Move forward by ``delta`` (seconds or a timedelta) and return the new time."""
+        if not isinstance(delta, timedelta):
+            delta = timedelta(seconds=delta)
+        self.set(self._now + delta)
+        return self._now
+
+    async def sleep_until(self, when: datetime, wake: asyncio.Event | None = None) -> None:
+        if self._moved is None:
+            self._moved = asyncio.Condition()
+        condition = self._moved
+        while self._now < when and not (wake is not None and wake.is_set()):
+            async with condition:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(condition.wait(), timeout=0.05)

@@ -1,0 +1,132 @@
+"""Settings: one object, built at each entry point from the environment (``DUEFLOW_*``) or a TOML
+file named by ``DUEFLOW_CONFIG_FILE``, and passed in. Nothing reads the environment elsewhere."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from dueflow.domain import deadlines
+from dueflow.exceptions import ConfigError
+
+
+def _duration(value: Any) -> timedelta:
+    try:
+        return deadlines.parse_duration(value)
+    except ConfigError as exc:
+        raise ValueError(exc.message) from None
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+OptionalDuration = Annotated[
+    timedelta | None, BeforeValidator(lambda v: v if v in (None, "") else _duration(v))
+]
+
+DEFAULT_ORDER_TYPES: dict[str, dict[str, dict[str, str]]] = {
+    "prod": {"normal": {}, "flash": {"pay": "5m", "reminder": "2m"}},
+    "dev": {"normal": {}, "flash": {"pay": "20s", "reminder": "10s"}},
+}
+
+
+class Settings(BaseSettings):
+    """Everything dueflow can be told. Durations take ``30m``, ``10s``, ``3d`` or seconds."""
+
+    model_config = SettingsConfigDict(env_prefix="DUEFLOW_", extra="forbid", frozen=True)
+
+    database_url: str = "sqlite:///./dueflow.db"
+    trigger_url: str = "db"
+    profile: Literal["dev", "prod"] = "prod"
+
+    reminder_after: OptionalDuration = None
+    pay_timeout: OptionalDuration = None
+    ship_timeout: OptionalDuration = None
+    receive_timeout: OptionalDuration = None
+    review_timeout: OptionalDuration = None
+    order_types: dict[str, dict[str, str]] | None = None
+
+    batch_size: int = Field(default=200, ge=1, le=10_000)
+    lease: Duration = timedelta(seconds=60)
+    max_idle: Duration = timedelta(seconds=1)
+    scan_interval: Duration = timedelta(seconds=60)
+    scan_grace: Duration = timedelta(seconds=5)
+    provider_concurrency: int = Field(default=32, ge=1, le=1000)
+
+    notifier: Literal["log", "webhook"] = "log"
+    notifier_url: str | None = None
+    notifier_secret: str = ""
+    notifier_timeout: Duration = timedelta(seconds=5)
+
+    @field_validator("lease", "max_idle", "scan_interval")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be positive")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get("DUEFLOW_CONFIG_FILE")
+        if config_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+        return tuple(sources)
+
+    def deadline_policy(self) -> deadlines.DeadlinePolicy:
+        """Stage durations per order type: the profile's, then the global overrides, then the type's."""
+        base = deadlines.PROFILES[self.profile]
+        overrides = {
+            name: value
+            for name, value in (
+                ("reminder", self.reminder_after),
+                ("pay", self.pay_timeout),
+                ("ship", self.ship_timeout),
+                ("receive", self.receive_timeout),
+                ("review", self.review_timeout),
+            )
+            if value is not None
+        }
+        base = base.override(overrides)
+        types = (
+            self.order_types if self.order_types is not None else DEFAULT_ORDER_TYPES[self.profile]
+        )
+        by_type = {name: base.override(changes) for name, changes in types.items()}
+        by_type.setdefault(deadlines.DEFAULT_ORDER_TYPE, base)
+        return deadlines.DeadlinePolicy(by_type=by_type)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings from the environment, the TOML file and ``overrides``.
+
+    Raises:
+        ConfigError: a setting is invalid; the message names it and says why.
+    """
+    config_file = os.environ.get("DUEFLOW_CONFIG_FILE")
+    if config_file and not Path(config_file).is_file():
+        raise ConfigError(f"DUEFLOW_CONFIG_FILE {config_file!r} does not exist")
+    try:
+        settings = Settings(**overrides)
+        settings.deadline_policy()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"DUEFLOW_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from None
+    return settings

@@ -1,0 +1,43 @@
+"""Money: Decimal yuan, converted to fen exactly."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from dueflow.exceptions import InvalidInput
+
+MAX_AMOUNT = Decimal("100000000.00")
+CENT = Decimal("0.01")
+
+
+def parse_yuan(value: object) -> Decimal:
+    """A positive amount in yuan with at most two decimals (``"12.5"`` -> ``Decimal("12.50")``).
+
+    Floats are refused: money never passes through binary floating point.
+    """
+    if isinstance(value, (bool, float)):
+        raise InvalidInput("amounts are given as strings or integers, never floats")
+    try:
+        amount = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        raise InvalidInput(f"not an amount: {value!r}") from None
+    if not amount.is_finite():
+        raise InvalidInput(f"not an amount: {value!r}")
+    if amount != amount.quantize(CENT):
+        raise InvalidInput(f"amount {value} has more than two decimals")
+    if amount <= 0 or amount > MAX_AMOUNT:
+        raise InvalidInput(f"amount {value} must be above 0 and at most {MAX_AMOUNT}")
+    return amount.quantize(CENT)
+
+
+def to_fen(amount: Decimal) -> int:
+    """Yuan to fen, exactly; refuses fractions of a fen."""
+    fen = amount * 100
+    if fen != fen.to_integral_value():
+        raise InvalidInput(f"amount {amount} is not a whole number of fen")
+    return int(fen)
+
+
+def from_fen(fen: int) -> Decimal:
+    """Fen to yuan."""
+    return (Decimal(fen) / 100).quantize(CENT)

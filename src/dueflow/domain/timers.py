@@ -1,0 +1,44 @@
+"""Timer kinds, timer states and the retry backoff."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+
+
+class TimerKind(StrEnum):
+    """What a timer does when it fires."""
+
+    PAY_REMINDER = "pay_reminder"
+    CANCEL_UNPAID = "cancel_unpaid"
+    CANCEL_UNSHIPPED = "cancel_unshipped"
+    CONFIRM_RECEIPT = "confirm_receipt"
+    AUTO_REVIEW = "auto_review"
+
+
+class TimerState(StrEnum):
+    """A timer's life: scheduled -> claimed (with a lease) -> done | cancelled; failures go back."""
+
+    SCHEDULED = "scheduled"
+    CLAIMED = "claimed"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+BACKOFF_FIRST = timedelta(seconds=30)
+BACKOFF_CAP = timedelta(minutes=10)
+STUCK_AFTER_ATTEMPTS = 5
+
+
+def backoff(attempts: int) -> timedelta:
+    """How long to wait before the next try after ``attempts`` failed tries (30 s doubling, 10 min cap)."""
+    if attempts < 1:
+        attempts = 1
+    # 2**5 * 30 s already exceeds the cap; avoid huge powers.
+    delay: timedelta = BACKOFF_FIRST * (2 ** min(attempts - 1, 10))
+    return min(delay, BACKOFF_CAP)
+
+
+def is_stuck(attempts: int) -> bool:
+    """A timer that failed this many times is flagged for operators (and still retried)."""
+    return attempts >= STUCK_AFTER_ATTEMPTS

@@ -1,0 +1,122 @@
+"""Every error dueflow raises on purpose.
+
+The tree::
+
+    DueflowError
+    ├── ConfigError                  bad settings (a duration like ``3x``, an unknown URL scheme)
+    ├── DomainError                  the request is understood and refused
+    │   ├── InvalidInput             a value is malformed or out of range
+    │   ├── NotFound                 no such user, goods, order or payment
+    │   ├── NotAllowed               the caller may not do this (not your order, own goods)
+    │   ├── InvalidTransition        the order's status does not allow this event
+    │   ├── GoodsUnavailable         the goods are held by another order, sold or off sale
+    │   └── PaymentMismatch          a payment's amount differs from what is owed
+    ├── BackendError                 a database, trigger or notifier failed
+    │   ├── BackendUnavailable       it cannot be reached
+    │   └── Busy                     it is locked by someone else right now: try again
+    ├── ProviderError                a payment provider failed
+    │   └── ProviderUnavailable      its answer is unknown (timeout, system error): try again
+    └── NotificationRejected         a provider notification failed verification
+
+Each class docstring is its default message.
+"""
+
+from __future__ import annotations
+
+
+class DueflowError(Exception):
+    """dueflow failed."""
+
+    code = "error"
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (type(self).__doc__ or "").strip()
+        super().__init__(self.message)
+
+
+class ConfigError(DueflowError):
+    """The settings are invalid."""
+
+    code = "bad_config"
+
+
+class DomainError(DueflowError):
+    """The request was refused."""
+
+    code = "refused"
+
+
+class InvalidInput(DomainError):
+    """A value is malformed or out of range."""
+
+    code = "invalid_input"
+
+
+class NotFound(DomainError):
+    """Not found."""
+
+    code = "not_found"
+
+
+class NotAllowed(DomainError):
+    """You may not do this."""
+
+    code = "not_allowed"
+
+
+class InvalidTransition(DomainError):
+    """The order's status does not allow this."""
+
+    code = "invalid_transition"
+
+    def __init__(self, message: str | None = None, *, status: str | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class GoodsUnavailable(DomainError):
+    """The goods are not available: held by another order, sold or off sale."""
+
+    code = "goods_unavailable"
+
+
+class PaymentMismatch(DomainError):
+    """The payment does not match what the order owes."""
+
+    code = "payment_mismatch"
+
+
+class BackendError(DueflowError):
+    """A backend failed."""
+
+    code = "backend_error"
+
+
+class BackendUnavailable(BackendError):
+    """A backend cannot be reached."""
+
+    code = "backend_unavailable"
+
+
+class Busy(BackendError):
+    """Busy: someone else holds the lock right now; try again."""
+
+    code = "busy"
+
+
+class ProviderError(DueflowError):
+    """A payment provider failed."""
+
+    code = "provider_error"
+
+
+class ProviderUnavailable(ProviderError):
+    """The payment provider's answer is unknown; try again later."""
+
+    code = "provider_unavailable"
+
+
+class NotificationRejected(DueflowError):
+    """The notification failed verification."""
+
+    code = "notification_rejected"

@@ -1,0 +1,1 @@
+"""Where reminders go: the log, or a signed webhook."""

@@ -1,0 +1,1 @@
+"""Payment providers behind one port: close-or-query, and (with the payments issue) trades and refunds."""

@@ -1,0 +1,1 @@
+"""Use cases as plain async functions taking what they need (a :class:`~dueflow.service.deps.Deps`)."""

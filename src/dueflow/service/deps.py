@@ -1,0 +1,54 @@
+"""What the use cases need, wired once by :mod:`dueflow.bootstrap`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from dueflow.clock import Clock
+from dueflow.domain.deadlines import DeadlinePolicy
+from dueflow.domain.lifecycle import MARKETPLACE, Lifecycle
+from dueflow.notifiers.base import Notifier
+from dueflow.payments.base import Providers
+from dueflow.store.db import Database
+from dueflow.store.holds import GoodsHold, Hold
+from dueflow.store.timers import Armed
+from dueflow.timers.base import Trigger
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Deps:
+    """The adapters and policies a use case may call."""
+
+    db: Database
+    clock: Clock
+    policy: DeadlinePolicy
+    providers: Providers
+    notifier: Notifier
+    trigger: Trigger
+    lifecycle: Lifecycle = MARKETPLACE
+    hold: Hold = field(default_factory=GoodsHold)
+    batch_size: int = 200
+    lease: timedelta = timedelta(seconds=60)
+    max_idle: timedelta = timedelta(seconds=1)
+    scan_interval: timedelta = timedelta(seconds=60)
+    scan_grace: timedelta = timedelta(seconds=5)
+    provider_concurrency: int = 32
+    trigger_errors: int = 0
+
+    async def arm(self, armed: Sequence[Armed]) -> None:
+        """Tell the trigger about committed timers. Trigger trouble never fails the caller: the
+        timer row is the truth and the scanner fires it within its interval."""
+        if not armed:
+            return
+        try:
+            await self.trigger.armed(armed)
+        except Exception:
+            self.trigger_errors += 1
+            log.exception(
+                "trigger failed to arm %d timers; the scanner will cover them", len(armed)
+            )

@@ -1,0 +1,344 @@
+"""What buyers and sellers do to orders."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.domain.deadlines import DEFAULT_ORDER_TYPE
+from dueflow.domain.lifecycle import OrderEvent, OrderStatus
+from dueflow.domain.timers import TimerKind
+from dueflow.exceptions import (
+    GoodsUnavailable,
+    InvalidInput,
+    InvalidTransition,
+    NotAllowed,
+    NotFound,
+    ProviderUnavailable,
+)
+from dueflow.payments.base import CloseResult
+from dueflow.service import lifecycle
+from dueflow.service import payments as payment_service
+from dueflow.service.deps import Deps
+from dueflow.store import aftersale, goods, orders, payments, timers, users
+from dueflow.store.goods import ON_SALE
+
+log = logging.getLogger(__name__)
+S = OrderStatus
+E = OrderEvent
+
+
+async def place_order(
+    deps: Deps, *, buyer_id: int, goods_id: int, order_type: str = DEFAULT_ORDER_TYPE
+) -> int:
+    """Hold the goods for a new order awaiting payment; returns the order id.
+
+    Raises:
+        InvalidInput: unknown order type.
+        NotFound: no such goods or buyer.
+        NotAllowed: the buyer sells these goods.
+        GoodsUnavailable: another order holds them, or they are sold or off sale.
+        Busy: the database is locked by others right now; try again.
+    """
+    policy = deps.policy
+    policy.durations(order_type)
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        item = await goods.get(conn, goods_id)
+        if item is None:
+            raise NotFound(f"no goods {goods_id}")
+        if await users.by_id(conn, buyer_id) is None:
+            raise NotFound(f"no user {buyer_id}")
+        if item.seller_id == buyer_id:
+            raise NotAllowed("you cannot buy your own goods")
+        if item.status != ON_SALE or item.reserved_order_id is not None:
+            raise GoodsUnavailable(f"goods {goods_id} are {_goods_state(item)}")
+        order_id = await orders.insert_order(
+            conn,
+            profile=deps.lifecycle.name,
+            order_type=order_type,
+            buyer_id=buyer_id,
+            seller_id=item.seller_id,
+            goods_id=goods_id,
+            amount=item.price,
+            status=S.PENDING_PAYMENT.value,
+            created_at=now,
+            updated_at=now,
+            pay_deadline=policy.pay_deadline(order_type, now),
+        )
+        if not await deps.hold.hold(conn, order_id, goods_id, now):
+            raise GoodsUnavailable(f"goods {goods_id} were just taken by another order")
+        new = [
+            timers.NewTimer(order_id, TimerKind.CANCEL_UNPAID, policy.pay_deadline(order_type, now))
+        ]
+        remind_at = policy.reminder_at(order_type, now)
+        if remind_at is not None:
+            new.append(timers.NewTimer(order_id, TimerKind.PAY_REMINDER, remind_at))
+        armed = await timers.schedule(conn, new, now)
+        await orders.record_events(
+            conn,
+            [order_id],
+            event="place",
+            actor=f"user:{buyer_id}",
+            now=now,
+            to_status=S.PENDING_PAYMENT,
+            detail=f"goods {goods_id} for {item.price}",
+        )
+    await deps.arm(armed)
+    return order_id
+
+
+def _goods_state(item: Row[Any]) -> str:
+    if item.status != ON_SALE:
+        return str(item.status).replace("_", " ")
+    return "held by another order"
+
+
+async def _own_order(
+    conn: AsyncConnection, order_id: int, user_id: int, role: str, *, lock: bool = True
+) -> Row[Any]:
+    order = await orders.get(conn, order_id, for_update=lock)
+    if order is None:
+        raise NotFound(f"no order {order_id}")
+    owner = order.buyer_id if role == "buyer" else order.seller_id
+    if owner != user_id:
+        raise NotAllowed(f"order {order_id} is not yours as {role}")
+    return order
+
+
+def _refuse(order: Row[Any], event: OrderEvent) -> InvalidTransition:
+    return InvalidTransition(
+        f"cannot {event.value.replace('_', ' ')}: order {order.id} is {order.status}",
+        status=order.status,
+    )
+
+
+async def cancel_by_buyer(deps: Deps, *, order_id: int, user_id: int) -> None:
+    """The buyer cancels an unpaid order: trades are closed at the provider first.
+
+    Raises:
+        NotFound, NotAllowed, InvalidTransition: as the names say; InvalidTransition also when
+            the trade turns out to be paid (the order is then pending shipment).
+        ProviderUnavailable: the provider's answer is unknown; try again.
+    """
+    async with deps.db.read() as conn:
+        order = await _own_order(conn, order_id, user_id, "buyer", lock=False)
+    deps.lifecycle.next_status(OrderStatus(order.status), E.BUYER_CANCEL)
+    now = deps.clock.now()
+    attempts = await payment_service.open_attempts(deps, [order_id], now)
+    outcome = (await payment_service.close_attempts(deps, attempts, now)).get(order_id)
+    if outcome is not None and outcome.result is CloseResult.PAID:
+        assert outcome.payment is not None
+        await payment_service.confirm_payment(deps, outcome.payment, actor="close_or_query")
+        raise InvalidTransition(
+            f"cannot cancel: order {order_id} was paid meanwhile", status=S.PENDING_SHIPMENT.value
+        )
+    if outcome is not None and outcome.result is CloseResult.UNKNOWN:
+        raise ProviderUnavailable(f"cannot cancel yet: payment state unknown ({outcome.reason})")
+    async with deps.db.write() as conn:
+        order = await _own_order(conn, order_id, user_id, "buyer")
+        moved = await lifecycle.cancel_unpaid(
+            conn,
+            deps,
+            [order_id],
+            now=now,
+            event=E.BUYER_CANCEL,
+            actor=f"user:{user_id}",
+            due_only=False,
+        )
+        if not moved:
+            raise _refuse(order, E.BUYER_CANCEL)
+
+
+async def ship(deps: Deps, *, order_id: int, user_id: int, carrier: str, tracking_no: str) -> None:
+    """The seller ships: the receive deadline starts.
+
+    Raises:
+        InvalidInput: empty or overlong carrier or tracking number.
+        NotFound, NotAllowed, InvalidTransition: as the names say.
+    """
+    carrier, tracking_no = _label(carrier, "carrier"), _label(tracking_no, "tracking number")
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        order = await _own_order(conn, order_id, user_id, "seller")
+        moved = await orders.move(
+            conn,
+            [order_id],
+            expected=S.PENDING_SHIPMENT,
+            to=deps.lifecycle.next_status(OrderStatus(order.status), E.SHIP),
+            now=now,
+            values=lambda order_type: {
+                "shipped_at": now,
+                "carrier": carrier,
+                "tracking_no": tracking_no,
+                "receive_deadline": deps.policy.receive_deadline(order_type, now),
+            },
+        )
+        if not moved:
+            raise _refuse(order, E.SHIP)
+        await timers.cancel_for_orders(conn, [order_id], now)
+        armed = await timers.schedule(
+            conn,
+            [
+                timers.NewTimer(
+                    order_id,
+                    TimerKind.CONFIRM_RECEIPT,
+                    deps.policy.receive_deadline(order.order_type, now),
+                )
+            ],
+            now,
+        )
+        await orders.record_events(
+            conn,
+            [order_id],
+            event=E.SHIP.value,
+            actor=f"user:{user_id}",
+            now=now,
+            from_status=S.PENDING_SHIPMENT,
+            to_status=S.SHIPPED,
+            detail=f"{carrier} {tracking_no}",
+        )
+    await deps.arm(armed)
+
+
+def _label(value: str, what: str) -> str:
+    value = (value or "").strip()
+    if not 1 <= len(value) <= 64 or not value.isprintable():
+        raise InvalidInput(f"a {what} is 1-64 printable characters")
+    return value
+
+
+async def cancel_by_seller(deps: Deps, *, order_id: int, user_id: int) -> None:
+    """The seller cancels a paid order before shipping: a refund awaits review.
+
+    Raises:
+        NotFound, NotAllowed, InvalidTransition: as the names say.
+    """
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        order = await _own_order(conn, order_id, user_id, "seller")
+        deps.lifecycle.next_status(OrderStatus(order.status), E.SELLER_CANCEL)
+        moved = await lifecycle.cancel_unshipped(
+            conn,
+            deps,
+            [order_id],
+            now=now,
+            event=E.SELLER_CANCEL,
+            actor=f"user:{user_id}",
+            due_only=False,
+        )
+        if not moved:
+            raise _refuse(order, E.SELLER_CANCEL)
+
+
+async def confirm_receipt(deps: Deps, *, order_id: int, user_id: int) -> None:
+    """The buyer confirms receipt: the review deadline starts.
+
+    Raises:
+        NotFound, NotAllowed, InvalidTransition: as the names say.
+    """
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        order = await _own_order(conn, order_id, user_id, "buyer")
+        deps.lifecycle.next_status(OrderStatus(order.status), E.CONFIRM_RECEIPT)
+        moved, armed = await lifecycle.receive(
+            conn,
+            deps,
+            [order_id],
+            now=now,
+            event=E.CONFIRM_RECEIPT,
+            actor=f"user:{user_id}",
+            due_only=False,
+        )
+        if not moved:
+            raise _refuse(order, E.CONFIRM_RECEIPT)
+    await deps.arm(armed)
+
+
+async def review(deps: Deps, *, order_id: int, user_id: int, rating: int, comment: str = "") -> str:
+    """The buyer or the seller reviews a received order; with both reviews it completes.
+    Returns the reviewer's role.
+
+    Raises:
+        InvalidInput: rating not 1-5, comment over 500 characters.
+        NotFound, NotAllowed: no such order, or the user is neither its buyer nor its seller.
+        InvalidTransition: the order is not received, or this role already reviewed.
+    """
+    if isinstance(rating, bool) or not isinstance(rating, int) or not 1 <= rating <= 5:
+        raise InvalidInput("a rating is a whole number from 1 to 5")
+    comment = (comment or "").strip()
+    if len(comment) > 500:
+        raise InvalidInput("a comment is at most 500 characters")
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        order = await orders.get(conn, order_id, for_update=True)
+        if order is None:
+            raise NotFound(f"no order {order_id}")
+        if user_id == order.buyer_id:
+            role = "buyer"
+        elif user_id == order.seller_id:
+            role = "seller"
+        else:
+            raise NotAllowed(f"order {order_id} is not yours")
+        if order.status != S.RECEIVED.value:
+            raise InvalidTransition(
+                f"cannot review: order {order_id} is {order.status}", status=order.status
+            )
+        reviewed = (await aftersale.reviewed_roles(conn, [order_id]))[order_id]
+        if role in reviewed:
+            raise InvalidTransition(
+                f"the {role} already reviewed order {order_id}", status=order.status
+            )
+        await aftersale.insert_reviews(
+            conn,
+            [
+                {
+                    "order_id": order_id,
+                    "role": role,
+                    "author_id": user_id,
+                    "rating": rating,
+                    "comment": comment,
+                    "is_default": False,
+                    "created_at": now,
+                }
+            ],
+        )
+        await orders.record_events(
+            conn,
+            [order_id],
+            event="review",
+            actor=f"user:{user_id}",
+            now=now,
+            detail=f"{role} rated {rating}",
+        )
+        if reviewed | {role} >= {"buyer", "seller"}:
+            await lifecycle.complete(
+                conn,
+                deps,
+                [order_id],
+                now=now,
+                event=E.REVIEWS_COMPLETE,
+                actor=f"user:{user_id}",
+                due_only=False,
+            )
+    return role
+
+
+async def order_view(deps: Deps, order_id: int) -> dict[str, Any]:
+    """The order with its payments, refunds, reviews, timers and timeline."""
+    async with deps.db.read() as conn:
+        order = await orders.get(conn, order_id)
+        if order is None:
+            raise NotFound(f"no order {order_id}")
+        view = dict(order._mapping)
+        view["payments"] = [dict(r._mapping) for r in await payments.for_orders(conn, [order_id])]
+        view["refunds"] = [
+            dict(r._mapping) for r in await payments.refunds_for_order(conn, order_id)
+        ]
+        view["reviews"] = [dict(r._mapping) for r in await aftersale.for_order(conn, order_id)]
+        view["timers"] = [dict(r._mapping) for r in await timers.for_order(conn, order_id)]
+        view["timeline"] = [dict(r._mapping) for r in await orders.timeline(conn, order_id)]
+    return view

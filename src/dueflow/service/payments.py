@@ -1,0 +1,231 @@
+"""Confirming payments (one path for notifications, queries and operators) and close-or-query."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.domain.lifecycle import OrderEvent, OrderStatus
+from dueflow.domain.money import parse_yuan
+from dueflow.domain.timers import TimerKind
+from dueflow.exceptions import NotFound, PaymentMismatch
+from dueflow.payments.base import Attempt, CloseOutcome, CloseResult, VerifiedPayment
+from dueflow.service.deps import Deps
+from dueflow.store import orders, payments, timers
+
+log = logging.getLogger(__name__)
+
+MANUAL = "manual"
+
+
+class PaymentOutcome(StrEnum):
+    """What confirming a payment did."""
+
+    CONFIRMED = "confirmed"
+    DUPLICATE = "duplicate"
+    REFUND = "refund"
+
+
+def new_pay_no(now: datetime) -> str:
+    """A fresh pay_no: date, then random hex; 24 characters, valid for Alipay and WeChat Pay."""
+    return now.strftime("%Y%m%d") + secrets.token_hex(8)
+
+
+async def confirm_payment(deps: Deps, payment: VerifiedPayment, *, actor: str) -> PaymentOutcome:
+    """Apply a verified payment exactly once.
+
+    The first conditional update wins: if the order is still pending payment it moves to pending
+    shipment; if it was cancelled (or paid by another attempt) the money becomes a recorded
+    discrepancy and a refund in review, never an ignored success.
+
+    Raises:
+        NotFound: no attempt has this pay_no.
+        PaymentMismatch: the amount differs from the attempt's.
+    """
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        attempt = await payments.by_pay_no(conn, payment.pay_no, for_update=True)
+        if attempt is None:
+            raise NotFound(f"no payment attempt {payment.pay_no}")
+        outcome, armed = await apply_payment(conn, deps, attempt, payment, now=now, actor=actor)
+    await deps.arm(armed)
+    return outcome
+
+
+async def apply_payment(
+    conn: AsyncConnection,
+    deps: Deps,
+    attempt: Row[Any],
+    payment: VerifiedPayment,
+    *,
+    now: datetime,
+    actor: str,
+) -> tuple[PaymentOutcome, list[timers.Armed]]:
+    """Inside a write transaction holding the attempt: the body of :func:`confirm_payment`."""
+    if payment.amount != attempt.amount:
+        raise PaymentMismatch(
+            f"paid {payment.amount} but attempt {attempt.pay_no} is for {attempt.amount}"
+        )
+    if attempt.state == payments.PAID:
+        return PaymentOutcome.DUPLICATE, []
+    await orders.get(conn, attempt.order_id, for_update=True)
+    await payments.mark_paid(conn, attempt.id, provider_trade_no=payment.provider_trade_no, now=now)
+    moved = await orders.move(
+        conn,
+        [attempt.order_id],
+        expected=OrderStatus.PENDING_PAYMENT,
+        to=OrderStatus.PENDING_SHIPMENT,
+        now=now,
+        values=lambda order_type: {
+            "paid_at": now,
+            "ship_deadline": deps.policy.ship_deadline(order_type, now),
+        },
+    )
+    if moved:
+        order = moved[0]
+        await deps.hold.settle(conn, [order.id], now)
+        await timers.cancel_for_orders(conn, [order.id], now)
+        armed = await timers.schedule(
+            conn,
+            [
+                timers.NewTimer(
+                    order.id,
+                    TimerKind.CANCEL_UNSHIPPED,
+                    deps.policy.ship_deadline(order.order_type, now),
+                )
+            ],
+            now,
+        )
+        await orders.record_events(
+            conn,
+            [order.id],
+            event=OrderEvent.PAY.value,
+            actor=actor,
+            now=now,
+            from_status=OrderStatus.PENDING_PAYMENT,
+            to_status=OrderStatus.PENDING_SHIPMENT,
+            detail=f"{attempt.provider} {attempt.pay_no} {attempt.amount}",
+        )
+        return PaymentOutcome.CONFIRMED, armed
+    await _refund_late_payment(conn, attempt, now=now, actor=actor)
+    return PaymentOutcome.REFUND, []
+
+
+async def _refund_late_payment(
+    conn: AsyncConnection, attempt: Row[Any], *, now: datetime, actor: str
+) -> None:
+    order = await orders.get(conn, attempt.order_id)
+    assert order is not None
+    status = OrderStatus(order.status)
+    kind = "paid_after_cancel" if status.is_cancelled else "paid_twice"
+    detail = (
+        f"{attempt.provider} {attempt.pay_no} paid {attempt.amount} while the order is {status}"
+    )
+    await payments.record_discrepancy(
+        conn, kind=kind, order_id=order.id, payment_id=attempt.id, detail=detail, now=now
+    )
+    paid = await payments.by_pay_no(conn, attempt.pay_no)
+    assert paid is not None
+    await payments.create_refunds(conn, [paid], reason=kind, now=now)
+    await orders.record_events(
+        conn, [order.id], event="late_payment_refund", actor=actor, now=now, detail=detail
+    )
+    log.error("DISCREPANCY %s: %s; a refund awaits review", kind, detail)
+
+
+async def record_manual_payment(
+    deps: Deps, *, order_id: int, amount: str | Decimal, reference: str | None = None
+) -> tuple[str, PaymentOutcome]:
+    """An operator records money received off-line for an order; returns (pay_no, outcome).
+
+    Raises:
+        NotFound: no such order.
+        InvalidInput: the amount is malformed.
+        PaymentMismatch: the amount is not the order's amount (nothing is recorded).
+    """
+    value = parse_yuan(amount)
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        order = await orders.get(conn, order_id, for_update=True)
+        if order is None:
+            raise NotFound(f"no order {order_id}")
+        if value != order.amount:
+            raise PaymentMismatch(f"amount {value} differs from order {order_id}'s {order.amount}")
+        pay_no = new_pay_no(now)
+        await payments.insert_attempt(
+            conn,
+            pay_no=pay_no,
+            order_id=order_id,
+            provider=MANUAL,
+            amount=value,
+            expires_at=order.pay_deadline,
+            now=now,
+        )
+        attempt = await payments.by_pay_no(conn, pay_no, for_update=True)
+        assert attempt is not None
+        payment = VerifiedPayment(pay_no=pay_no, amount=value, provider_trade_no=reference)
+        outcome, armed = await apply_payment(
+            conn, deps, attempt, payment, now=now, actor="operator"
+        )
+    await deps.arm(armed)
+    return pay_no, outcome
+
+
+def attempt_of(row: Row[Any]) -> Attempt:
+    """A stored attempt as the provider port takes it."""
+    return Attempt(
+        pay_no=row.pay_no,
+        order_id=row.order_id,
+        provider=row.provider,
+        amount=row.amount,
+        expires_at=row.expires_at,
+    )
+
+
+async def close_attempts(
+    deps: Deps, attempts: Sequence[Row[Any]], now: datetime
+) -> dict[int, CloseOutcome]:
+    """Close-or-query every open attempt, concurrently with a bound; one outcome per order:
+    paid if any attempt was paid, else unknown if any answer is unknown, else closed."""
+    limit = asyncio.Semaphore(deps.provider_concurrency)
+
+    async def one(row: Row[Any]) -> tuple[int, CloseOutcome]:
+        async with limit:
+            try:
+                provider = deps.providers.get(row.provider)
+                return row.order_id, await provider.close_or_query(attempt_of(row), now)
+            except Exception as exc:  # a provider bug must not cancel on a guess
+                log.exception("close-or-query failed for %s", row.pay_no)
+                return row.order_id, CloseOutcome.unknown(f"{type(exc).__name__}: {exc}")
+
+    results = await asyncio.gather(*(one(row) for row in attempts))
+    by_order: dict[int, CloseOutcome] = {}
+    rank = {CloseResult.PAID: 2, CloseResult.UNKNOWN: 1, CloseResult.CLOSED_UNPAID: 0}
+    for order_id, outcome in results:
+        best = by_order.get(order_id)
+        if best is None or rank[outcome.result] > rank[best.result]:
+            by_order[order_id] = outcome
+    return by_order
+
+
+async def open_attempts(deps: Deps, order_ids: Sequence[int], now: datetime) -> list[Row[Any]]:
+    """The open attempts of those of ``order_ids`` that are still pending payment."""
+    async with deps.db.read() as conn:
+        rows = await payments.for_orders(conn, order_ids, state=payments.OPEN)
+        if not rows:
+            return []
+        live = {
+            r.id
+            for r in await orders.many(conn, list({r.order_id for r in rows}))
+            if r.status == OrderStatus.PENDING_PAYMENT.value
+        }
+    return [r for r in rows if r.order_id in live]

@@ -1,0 +1,260 @@
+"""What each timer kind does when it fires, for a whole batch at once.
+
+Every handler finishes each timer (done, with its outcome) in the same transaction as the
+order transition it causes. A timer whose order moved on is finished as skipped; one whose order
+is still waiting but not yet due (its deadline moved later) is re-armed, never acted on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Column, Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.domain.lifecycle import OrderEvent, OrderStatus
+from dueflow.domain.timers import TimerKind
+from dueflow.notifiers.base import Reminder
+from dueflow.payments.base import CloseResult
+from dueflow.service import lifecycle
+from dueflow.service import payments as payment_service
+from dueflow.service.deps import Deps
+from dueflow.store import aftersale, orders, timers
+from dueflow.store.schema import orders as t_orders
+from dueflow.store.timers import Claimed
+
+log = logging.getLogger(__name__)
+S = OrderStatus
+E = OrderEvent
+Handler = Callable[[Deps, Sequence[Claimed]], Awaitable[None]]
+
+
+async def _settle(
+    conn: AsyncConnection,
+    batch: Sequence[Claimed],
+    moved: set[int],
+    *,
+    expected: OrderStatus,
+    deadline: Column[Any],
+    done: str,
+    now: datetime,
+) -> None:
+    """Finish the batch's timers: moved -> ``done``; moved on -> skipped; not yet due -> re-armed."""
+    rest = [t for t in batch if t.order_id not in moved]
+    current = {r.id: r for r in await orders.many(conn, [t.order_id for t in rest])}
+    outcomes = {t.id: done for t in batch if t.order_id in moved}
+    later: list[tuple[Claimed, datetime]] = []
+    for timer in rest:
+        order = current.get(timer.order_id)
+        if order is None:
+            outcomes[timer.id] = "skipped: order missing"
+        elif order.status == expected.value and getattr(order, deadline.name) > now:
+            later.append((timer, getattr(order, deadline.name)))
+        else:
+            outcomes[timer.id] = f"skipped: order is {order.status}"
+    await _finish_by_token(conn, batch, outcomes, now)
+    for timer, due_at in later:
+        await timers.rearm(conn, timer, due_at=due_at)
+
+
+async def cancel_unpaid(deps: Deps, batch: Sequence[Claimed]) -> None:
+    """Cancel unpaid orders at their pay deadline, after closing their trades at the provider.
+
+    Paid trades are confirmed instead; unknown answers retry the timer with backoff.
+    """
+    now = deps.clock.now()
+    order_ids = [t.order_id for t in batch]
+    attempts = await payment_service.open_attempts(deps, order_ids, now)
+    closing = await payment_service.close_attempts(deps, attempts, now)
+    unknown = {oid: o.reason for oid, o in closing.items() if o.result is CloseResult.UNKNOWN}
+    paid: set[int] = set()
+    for order_id, outcome in closing.items():
+        if outcome.result is CloseResult.PAID and outcome.payment is not None:
+            try:
+                await payment_service.confirm_payment(deps, outcome.payment, actor="close_or_query")
+                paid.add(order_id)
+            except Exception as exc:
+                log.exception("confirming payment found at close failed for order %s", order_id)
+                unknown[order_id] = f"confirming the paid trade failed: {exc}"
+    cancellable = [oid for oid in order_ids if oid not in unknown and oid not in paid]
+    async with deps.db.write() as conn:
+        moved = await lifecycle.cancel_unpaid(
+            conn, deps, cancellable, now=now, event=E.PAY_TIMEOUT, actor="timer", due_only=True
+        )
+        settled = [t for t in batch if t.order_id not in unknown]
+        await _settle(
+            conn,
+            settled,
+            {r.id for r in moved},
+            expected=S.PENDING_PAYMENT,
+            deadline=t_orders.c.pay_deadline,
+            done="cancelled",
+            now=now,
+        )
+        retry = [t for t in batch if t.order_id in unknown]
+        if retry:
+            reason = "; ".join(sorted({unknown[t.order_id] for t in retry}))[:500]
+            await timers.retry(conn, retry, error=f"payment state unknown: {reason}", now=now)
+
+
+async def cancel_unshipped(deps: Deps, batch: Sequence[Claimed]) -> None:
+    """Cancel paid orders the seller did not ship by the ship deadline; refunds await review."""
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        moved = await lifecycle.cancel_unshipped(
+            conn,
+            deps,
+            [t.order_id for t in batch],
+            now=now,
+            event=E.SHIP_TIMEOUT,
+            actor="timer",
+            due_only=True,
+        )
+        await _settle(
+            conn,
+            batch,
+            {r.id for r in moved},
+            expected=S.PENDING_SHIPMENT,
+            deadline=t_orders.c.ship_deadline,
+            done="cancelled, refund pending review",
+            now=now,
+        )
+
+
+async def confirm_receipt(deps: Deps, batch: Sequence[Claimed]) -> None:
+    """Confirm receipt of shipped orders at the receive deadline."""
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        moved, armed = await lifecycle.receive(
+            conn,
+            deps,
+            [t.order_id for t in batch],
+            now=now,
+            event=E.RECEIVE_TIMEOUT,
+            actor="timer",
+            due_only=True,
+        )
+        await _settle(
+            conn,
+            batch,
+            {r.id for r in moved},
+            expected=S.SHIPPED,
+            deadline=t_orders.c.receive_deadline,
+            done="received",
+            now=now,
+        )
+    await deps.arm(armed)
+
+
+async def auto_review(deps: Deps, batch: Sequence[Claimed]) -> None:
+    """Complete received orders at the review deadline with default positive reviews."""
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        moved = await lifecycle.complete(
+            conn,
+            deps,
+            [t.order_id for t in batch],
+            now=now,
+            event=E.REVIEW_TIMEOUT,
+            actor="timer",
+            due_only=True,
+        )
+        await _settle(
+            conn,
+            batch,
+            {r.id for r in moved},
+            expected=S.RECEIVED,
+            deadline=t_orders.c.review_deadline,
+            done="completed with default reviews",
+            now=now,
+        )
+
+
+async def pay_reminder(deps: Deps, batch: Sequence[Claimed]) -> None:
+    """Remind buyers of unpaid orders, once per order (the reminder row is claimed first)."""
+    now = deps.clock.now()
+    kind = TimerKind.PAY_REMINDER.value
+    async with deps.db.write() as conn:
+        current = {r.id: r for r in await orders.many(conn, [t.order_id for t in batch])}
+        live = [
+            oid
+            for oid, r in current.items()
+            if r.status == S.PENDING_PAYMENT.value and r.pay_deadline > now
+        ]
+        pending = {
+            r.order_id: r for r in await aftersale.claim_reminders(conn, live, kind=kind, now=now)
+        }
+        finished: dict[int, str] = {}
+        for timer in batch:
+            order = current.get(timer.order_id)
+            if timer.order_id in pending:
+                continue
+            if order is not None and timer.order_id in live:
+                finished[timer.id] = "already sent"
+            else:
+                finished[timer.id] = f"skipped: order is {order.status if order else 'missing'}"
+        await _finish_by_token(conn, batch, finished, now)
+    sent, failed = await _send_all(deps, [(pending[oid], current[oid]) for oid in pending])
+    async with deps.db.write() as conn:
+        await aftersale.mark_sent(conn, [pending[oid].id for oid in sent], now)
+        await _finish_by_token(
+            conn,
+            [t for t in batch if t.order_id in sent],
+            {t.id: "sent" for t in batch if t.order_id in sent},
+            now,
+        )
+        retry = [t for t in batch if t.order_id in failed]
+        if retry:
+            await timers.retry(
+                conn, retry, error="; ".join(sorted(set(failed.values())))[:500], now=now
+            )
+
+
+async def _finish_by_token(
+    conn: AsyncConnection, batch: Sequence[Claimed], outcomes: Mapping[int, str], now: datetime
+) -> None:
+    for token in {t.token for t in batch}:
+        mine = {t.id: outcomes[t.id] for t in batch if t.token == token and t.id in outcomes}
+        if mine:
+            await timers.finish(conn, mine, token=token, now=now)
+
+
+async def _send_all(
+    deps: Deps, items: Sequence[tuple[Row[Any], Row[Any]]]
+) -> tuple[set[int], dict[int, str]]:
+    limit = asyncio.Semaphore(deps.provider_concurrency)
+    sent: set[int] = set()
+    failed: dict[int, str] = {}
+
+    async def one(reminder: Row[Any], order: Row[Any]) -> None:
+        async with limit:
+            try:
+                await deps.notifier.send(
+                    Reminder(
+                        reminder_id=reminder.id,
+                        kind=reminder.kind,
+                        order_id=order.id,
+                        buyer_id=order.buyer_id,
+                        amount=order.amount,
+                        pay_deadline=order.pay_deadline,
+                    )
+                )
+                sent.add(order.id)
+            except Exception as exc:
+                failed[order.id] = f"{type(exc).__name__}: {exc}"
+
+    await asyncio.gather(*(one(r, o) for r, o in items))
+    return sent, failed
+
+
+HANDLERS: Mapping[TimerKind, Handler] = {
+    TimerKind.PAY_REMINDER: pay_reminder,
+    TimerKind.CANCEL_UNPAID: cancel_unpaid,
+    TimerKind.CANCEL_UNSHIPPED: cancel_unshipped,
+    TimerKind.CONFIRM_RECEIPT: confirm_receipt,
+    TimerKind.AUTO_REVIEW: auto_review,
+}

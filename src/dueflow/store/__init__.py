@@ -1,0 +1,1 @@
+"""The database: schema, migrations, and one module of named statements per table."""

@@ -1,0 +1,123 @@
+"""The database handle: one engine, write and read transactions, driver errors translated once."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, exc
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from dueflow.exceptions import BackendUnavailable, Busy, ConfigError
+
+log = logging.getLogger(__name__)
+
+_ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "mysql": "mysql+asyncmy",
+    "mariadb": "mysql+asyncmy",
+}
+SQLITE_BUSY_TIMEOUT_MS = 5000
+
+
+def async_url(url: str) -> str:
+    """Map a plain database URL (``sqlite:///x.db``) to its asyncio driver's URL."""
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError:
+        raise ConfigError(f"not a database URL: {url!r}") from None
+    backend = parsed.drivername.split("+", 1)[0]
+    if backend not in _ASYNC_DRIVERS:
+        raise ConfigError(f"unsupported database {backend!r} in {url!r}")
+    if "+" in parsed.drivername:
+        return url
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ConfigError("dueflow needs an SQLite file, not an in-memory database")
+    return parsed.set(drivername=_ASYNC_DRIVERS[backend]).render_as_string(hide_password=False)
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # We issue BEGIN ourselves (IMMEDIATE for writes) instead of the driver's implicit BEGIN.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    # A write takes the write lock at BEGIN, so two writers never deadlock on a lock upgrade.
+    mode = "DEFERRED" if conn.get_execution_options().get("dueflow_read") else "IMMEDIATE"
+    conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def translate(error: exc.DBAPIError) -> Exception:
+    """A driver error as dueflow's own: Busy for lock waits, BackendUnavailable for the rest."""
+    text = str(error.orig).lower()
+    if "locked" in text or "busy" in text or "deadlock" in text or "could not serialize" in text:
+        return Busy(f"database busy, try again ({error.orig})")
+    return BackendUnavailable(f"database error: {error.orig}")
+
+
+class Database:
+    """One engine and its transactions."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def from_url(cls, url: str, *, echo: bool = False) -> Database:
+        """A handle on the database at ``url`` (plain or driver-qualified)."""
+        full = async_url(url)
+        parsed = make_url(full)
+        kwargs: dict[str, Any] = {"echo": echo}
+        if parsed.get_backend_name() == "sqlite":
+            if parsed.database:
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        else:
+            kwargs["pool_pre_ping"] = True
+        engine = create_async_engine(full, **kwargs)
+        if parsed.get_backend_name() == "sqlite":
+            event.listen(engine.sync_engine, "connect", _sqlite_connect)
+            event.listen(engine.sync_engine, "begin", _sqlite_begin)
+        return cls(engine)
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite``, ``postgresql`` or ``mysql``."""
+        return self.engine.dialect.name
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction: committed on success, rolled back on any error."""
+        try:
+            async with self.engine.begin() as conn:
+                yield conn
+        except exc.DBAPIError as error:
+            if isinstance(error, exc.IntegrityError):
+                raise
+            raise translate(error) from error
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only transaction (on SQLite it takes no write lock)."""
+        try:
+            async with self.engine.connect() as conn:
+                conn = await conn.execution_options(dueflow_read=True)
+                async with conn.begin():
+                    yield conn
+        except exc.DBAPIError as error:
+            raise translate(error) from error
+
+    async def dispose(self) -> None:
+        """Close every pooled connection."""
+        await self.engine.dispose()

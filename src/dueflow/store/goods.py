@@ -1,0 +1,89 @@
+"""Statements on goods: the hold is one conditional update, the release another."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Row, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.store.schema import goods
+
+ON_SALE = "on_sale"
+SOLD = "sold"
+OFF_SALE = "off_sale"
+
+
+async def insert_goods(
+    conn: AsyncConnection, *, seller_id: int, title: str, price: Decimal, now: datetime
+) -> int:
+    """Put goods on sale; returns their id."""
+    result = await conn.execute(
+        insert(goods).values(
+            seller_id=seller_id,
+            title=title,
+            price=price,
+            status=ON_SALE,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+async def get(conn: AsyncConnection, goods_id: int) -> Row[Any] | None:
+    """The goods with this id."""
+    return (await conn.execute(select(goods).where(goods.c.id == goods_id))).first()
+
+
+async def hold_goods(conn: AsyncConnection, goods_id: int, order_id: int, now: datetime) -> bool:
+    """Hold the goods for ``order_id`` if they are on sale and held by nobody."""
+    result = await conn.execute(
+        update(goods)
+        .where(
+            goods.c.id == goods_id,
+            goods.c.status == ON_SALE,
+            goods.c.reserved_order_id.is_(None),
+        )
+        .values(reserved_order_id=order_id, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
+async def release_goods(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+    """Put back on sale what these orders hold (only where they are the holder)."""
+    if not order_ids:
+        return 0
+    result = await conn.execute(
+        update(goods)
+        .where(goods.c.reserved_order_id.in_(order_ids), goods.c.status == ON_SALE)
+        .values(reserved_order_id=None, updated_at=now)
+    )
+    return int(result.rowcount)
+
+
+async def sell_goods(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+    """Mark as sold the goods these (now paid) orders hold."""
+    if not order_ids:
+        return 0
+    result = await conn.execute(
+        update(goods)
+        .where(goods.c.reserved_order_id.in_(order_ids), goods.c.status == ON_SALE)
+        .values(status=SOLD, updated_at=now)
+    )
+    return int(result.rowcount)
+
+
+async def take_off_sale(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+    """Take off sale what these orders hold and clear the hold (the seller never shipped it)."""
+    if not order_ids:
+        return 0
+    result = await conn.execute(
+        update(goods)
+        .where(goods.c.reserved_order_id.in_(order_ids))
+        .values(status=OFF_SALE, reserved_order_id=None, updated_at=now)
+    )
+    return int(result.rowcount)

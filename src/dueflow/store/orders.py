@@ -1,0 +1,122 @@
+"""Statements on orders. Every status change goes through :func:`move`: one conditional UPDATE
+per (expected status, order type) group, whose row count decides."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Column, Row, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.domain.lifecycle import OrderStatus
+from dueflow.store.schema import order_events, orders
+
+Values = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
+
+
+async def insert_order(conn: AsyncConnection, **values: Any) -> int:
+    """Add an order; returns its id."""
+    result = await conn.execute(insert(orders).values(**values))
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+async def get(conn: AsyncConnection, order_id: int, *, for_update: bool = False) -> Row[Any] | None:
+    """The order with this id, locked for this transaction when ``for_update``."""
+    query = select(orders).where(orders.c.id == order_id)
+    if for_update:
+        query = query.with_for_update()
+    return (await conn.execute(query)).first()
+
+
+async def many(conn: AsyncConnection, order_ids: Sequence[int]) -> list[Row[Any]]:
+    """The orders with these ids."""
+    if not order_ids:
+        return []
+    return list((await conn.execute(select(orders).where(orders.c.id.in_(order_ids)))).all())
+
+
+async def move(
+    conn: AsyncConnection,
+    order_ids: Sequence[int],
+    *,
+    expected: OrderStatus,
+    to: OrderStatus,
+    now: datetime,
+    values: Values | None = None,
+    due: Column[Any] | None = None,
+) -> list[Row[Any]]:
+    """Move the orders that are still ``expected`` (and, with ``due``, whose deadline has come).
+
+    Returns the moved orders as they were before the move. Orders in any other status are left
+    alone: the caller learns who won from what is returned.
+    """
+    if not order_ids:
+        return []
+    guard = [orders.c.id.in_(order_ids), orders.c.status == expected.value]
+    if due is not None:
+        guard.append(due <= now)
+    rows = list((await conn.execute(select(orders).where(*guard).with_for_update())).all())
+    by_type: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        by_type[row.order_type].append(row.id)
+    for order_type, ids in by_type.items():
+        extra = values(order_type) if callable(values) else (values or {})
+        result = await conn.execute(
+            update(orders)
+            .where(orders.c.id.in_(ids), orders.c.status == expected.value)
+            .values(status=to.value, updated_at=now, **extra)
+        )
+        if result.rowcount != len(ids):  # impossible while the rows are locked
+            raise RuntimeError(f"orders {ids} changed under a lock")
+    return rows
+
+
+async def record_events(
+    conn: AsyncConnection,
+    rows: Sequence[Row[Any]] | Sequence[int],
+    *,
+    event: str,
+    actor: str,
+    now: datetime,
+    from_status: OrderStatus | None = None,
+    to_status: OrderStatus | None = None,
+    detail: str | None = None,
+) -> None:
+    """Append one timeline entry per order."""
+    if not rows:
+        return
+    ids = [r if isinstance(r, int) else r.id for r in rows]
+    await conn.execute(
+        insert(order_events),
+        [
+            {
+                "order_id": order_id,
+                "at": now,
+                "event": event,
+                "actor": actor,
+                "from_status": from_status.value if from_status else None,
+                "to_status": to_status.value if to_status else None,
+                "detail": detail,
+            }
+            for order_id in ids
+        ],
+    )
+
+
+async def timeline(conn: AsyncConnection, order_id: int) -> list[Row[Any]]:
+    """The order's events, oldest first."""
+    query = (
+        select(order_events)
+        .where(order_events.c.order_id == order_id)
+        .order_by(order_events.c.at, order_events.c.id)
+    )
+    return list((await conn.execute(query)).all())
+
+
+async def count_by_status(conn: AsyncConnection) -> dict[str, int]:
+    """How many orders are in each status."""
+    query = select(orders.c.status, func.count()).group_by(orders.c.status)
+    return {status: count for status, count in (await conn.execute(query)).all()}

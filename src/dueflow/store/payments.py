@@ -1,0 +1,166 @@
+"""Statements on payment attempts, refunds and discrepancies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Row, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.store.schema import discrepancies, payments, refunds
+
+OPEN = "open"
+PAID = "paid"
+CLOSED = "closed"
+
+REFUND_PENDING_REVIEW = "pending_review"
+
+
+async def insert_attempt(
+    conn: AsyncConnection,
+    *,
+    pay_no: str,
+    order_id: int,
+    provider: str,
+    amount: Decimal,
+    expires_at: datetime,
+    now: datetime,
+) -> int:
+    """Record a payment attempt; returns its id."""
+    result = await conn.execute(
+        insert(payments).values(
+            pay_no=pay_no,
+            order_id=order_id,
+            provider=provider,
+            amount=amount,
+            expires_at=expires_at,
+            state=OPEN,
+            created_at=now,
+        )
+    )
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+async def by_pay_no(
+    conn: AsyncConnection, pay_no: str, *, for_update: bool = False
+) -> Row[Any] | None:
+    """The attempt with this pay_no, locked when ``for_update``."""
+    query = select(payments).where(payments.c.pay_no == pay_no)
+    if for_update:
+        query = query.with_for_update()
+    return (await conn.execute(query)).first()
+
+
+async def for_orders(
+    conn: AsyncConnection, order_ids: Sequence[int], *, state: str | None = None
+) -> list[Row[Any]]:
+    """The attempts of these orders (in ``state`` if given), oldest first."""
+    if not order_ids:
+        return []
+    query = select(payments).where(payments.c.order_id.in_(order_ids))
+    if state is not None:
+        query = query.where(payments.c.state == state)
+    return list((await conn.execute(query.order_by(payments.c.id))).all())
+
+
+async def mark_paid(
+    conn: AsyncConnection, payment_id: int, *, provider_trade_no: str | None, now: datetime
+) -> bool:
+    """Mark the attempt paid and handled; False if it already was."""
+    result = await conn.execute(
+        update(payments)
+        .where(payments.c.id == payment_id, payments.c.state != PAID)
+        .values(state=PAID, provider_trade_no=provider_trade_no, handled_at=now)
+    )
+    return result.rowcount == 1
+
+
+async def close_open(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+    """Mark the open attempts of these cancelled orders closed."""
+    if not order_ids:
+        return 0
+    result = await conn.execute(
+        update(payments)
+        .where(payments.c.order_id.in_(order_ids), payments.c.state == OPEN)
+        .values(state=CLOSED, handled_at=now)
+    )
+    return int(result.rowcount)
+
+
+def refund_no_for(pay_no: str) -> str:
+    """The fixed refund number of a payment, reused on every retry."""
+    return f"R{pay_no}"
+
+
+async def create_refunds(
+    conn: AsyncConnection, paid: Sequence[Row[Any]], *, reason: str, now: datetime
+) -> int:
+    """A refund in pending_review for each paid attempt that has none yet."""
+    if not paid:
+        return 0
+    existing = set(
+        (
+            await conn.execute(
+                select(refunds.c.payment_id).where(refunds.c.payment_id.in_([p.id for p in paid]))
+            )
+        ).scalars()
+    )
+    rows = [
+        {
+            "refund_no": refund_no_for(p.pay_no),
+            "order_id": p.order_id,
+            "payment_id": p.id,
+            "provider": p.provider,
+            "amount": p.amount,
+            "reason": reason,
+            "state": REFUND_PENDING_REVIEW,
+            "created_at": now,
+            "updated_at": now,
+        }
+        for p in paid
+        if p.id not in existing
+    ]
+    if rows:
+        await conn.execute(insert(refunds), rows)
+    return len(rows)
+
+
+async def refunds_for_order(conn: AsyncConnection, order_id: int) -> list[Row[Any]]:
+    """The order's refunds."""
+    query = select(refunds).where(refunds.c.order_id == order_id).order_by(refunds.c.id)
+    return list((await conn.execute(query)).all())
+
+
+async def record_discrepancy(
+    conn: AsyncConnection, *, kind: str, order_id: int, payment_id: int, detail: str, now: datetime
+) -> bool:
+    """Record a discrepancy once per (payment, kind); False if it was already recorded."""
+    try:
+        async with conn.begin_nested():
+            await conn.execute(
+                insert(discrepancies).values(
+                    kind=kind,
+                    order_id=order_id,
+                    payment_id=payment_id,
+                    detail=detail,
+                    created_at=now,
+                )
+            )
+    except IntegrityError:
+        return False
+    return True
+
+
+async def count_discrepancies(conn: AsyncConnection) -> int:
+    """How many discrepancies are recorded."""
+    return int((await conn.execute(select(func.count()).select_from(discrepancies))).scalar_one())
+
+
+async def count_refunds_by_state(conn: AsyncConnection) -> dict[str, int]:
+    """How many refunds are in each state."""
+    query = select(refunds.c.state, func.count()).group_by(refunds.c.state)
+    return {state: count for state, count in (await conn.execute(query)).all()}

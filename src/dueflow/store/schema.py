@@ -1,0 +1,194 @@
+"""The tables (SQLAlchemy Core). Alembic migrations in ``migrations/`` create exactly these."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Numeric,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+from dueflow.store.types import UTCDateTime
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
+
+# SQLite needs INTEGER PRIMARY KEY for rowid aliasing; elsewhere ids are 64-bit.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+Money = Numeric(12, 2, asdecimal=True)
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False, unique=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("is_admin", Boolean, nullable=False, default=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+goods = Table(
+    "goods",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("seller_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("price", Money, nullable=False),
+    # on_sale | sold | off_sale. Held = on_sale with reserved_order_id set.
+    Column("status", String(16), nullable=False),
+    Column("reserved_order_id", Id, nullable=True, index=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+orders = Table(
+    "orders",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("profile", String(32), nullable=False),
+    Column("order_type", String(32), nullable=False),
+    Column("buyer_id", Id, ForeignKey("users.id"), nullable=False, index=True),
+    Column("seller_id", Id, ForeignKey("users.id"), nullable=False, index=True),
+    Column("goods_id", Id, ForeignKey("goods.id"), nullable=False, index=True),
+    Column("amount", Money, nullable=False),
+    Column("status", String(32), nullable=False, index=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("pay_deadline", UTCDateTime, nullable=False),
+    Column("paid_at", UTCDateTime),
+    Column("ship_deadline", UTCDateTime),
+    Column("shipped_at", UTCDateTime),
+    Column("carrier", String(64)),
+    Column("tracking_no", String(64)),
+    Column("receive_deadline", UTCDateTime),
+    Column("received_at", UTCDateTime),
+    Column("review_deadline", UTCDateTime),
+    Column("completed_at", UTCDateTime),
+    Column("cancelled_at", UTCDateTime),
+    Column("cancel_reason", String(32)),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+timers = Table(
+    "timers",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
+    Column("kind", String(32), nullable=False),
+    # deadline_at: the business deadline (for lateness); due_at: when to fire next (backoff moves it).
+    Column("deadline_at", UTCDateTime, nullable=False),
+    Column("due_at", UTCDateTime, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("lease_until", UTCDateTime),
+    Column("claim_token", String(32)),
+    Column("stuck", Boolean, nullable=False, default=False),
+    Column("last_error", Text),
+    Column("outcome", String(200)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("done_at", UTCDateTime),
+    UniqueConstraint("order_id", "kind"),
+    # Due scans: an equality on state, then a range on due_at, keeps an empty scan one seek.
+    Index("ix_timers_state_due", "state", "due_at", "id"),
+)
+
+payments = Table(
+    "payments",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("pay_no", String(32), nullable=False, unique=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
+    Column("provider", String(16), nullable=False),
+    Column("amount", Money, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    # open | paid | closed
+    Column("state", String(16), nullable=False),
+    Column("provider_trade_no", String(64)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("handled_at", UTCDateTime),
+)
+
+refunds = Table(
+    "refunds",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("refund_no", String(40), nullable=False, unique=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
+    # One refund per paid attempt: normally one per order, two only if two attempts were paid.
+    Column("payment_id", Id, ForeignKey("payments.id"), nullable=False, unique=True),
+    Column("provider", String(16), nullable=False),
+    Column("amount", Money, nullable=False),
+    Column("reason", String(32), nullable=False),
+    # pending_review | processing | succeeded | failed
+    Column("state", String(16), nullable=False, index=True),
+    Column("last_error", Text),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+discrepancies = Table(
+    "discrepancies",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("kind", String(32), nullable=False),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
+    Column("payment_id", Id, ForeignKey("payments.id"), nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("payment_id", "kind"),
+)
+
+reminders = Table(
+    "reminders",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
+    Column("kind", String(32), nullable=False),
+    # pending (claimed for sending) | sent
+    Column("state", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("sent_at", UTCDateTime),
+    UniqueConstraint("order_id", "kind"),
+)
+
+reviews = Table(
+    "reviews",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
+    Column("role", String(8), nullable=False),  # buyer | seller
+    Column("author_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("rating", Integer, nullable=False),
+    Column("comment", String(500), nullable=False),
+    Column("is_default", Boolean, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("order_id", "role"),
+)
+
+order_events = Table(
+    "order_events",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("actor", String(64), nullable=False),
+    Column("from_status", String(32)),
+    Column("to_status", String(32)),
+    Column("detail", String(500)),
+)

@@ -1,0 +1,354 @@
+"""Statements on timers: the durable truth of every deadline.
+
+A timer is scheduled in the same transaction as the order change that needs it, claimed with a
+lease and a claim token when due, and finished (done, with its outcome) in the same transaction as
+the order transition it causes. Failures go back to scheduled with a backoff.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.domain.timers import TimerKind, TimerState, backoff, is_stuck
+from dueflow.store.schema import timers
+
+SKIP_LOCKED_DIALECTS = {"postgresql", "mysql", "mariadb"}
+
+
+@dataclass(frozen=True)
+class NewTimer:
+    """A timer to schedule."""
+
+    order_id: int
+    kind: TimerKind
+    due_at: datetime
+
+
+@dataclass(frozen=True)
+class Armed:
+    """A scheduled timer as a trigger needs to know it."""
+
+    id: int
+    due_at: datetime
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A timer this worker holds under ``token`` until ``lease_until``."""
+
+    id: int
+    order_id: int
+    kind: TimerKind
+    deadline_at: datetime
+    due_at: datetime
+    attempts: int
+    token: str
+
+
+def new_token() -> str:
+    """A fresh claim token (the fence that tells our claim from a later one)."""
+    return secrets.token_hex(8)
+
+
+async def schedule(conn: AsyncConnection, new: Sequence[NewTimer], now: datetime) -> list[Armed]:
+    """Write timers (one per order and kind); returns them for the trigger."""
+    if not new:
+        return []
+    rows = [
+        {
+            "order_id": t.order_id,
+            "kind": t.kind.value,
+            "deadline_at": t.due_at,
+            "due_at": t.due_at,
+            "state": TimerState.SCHEDULED.value,
+            "attempts": 0,
+            "stuck": False,
+            "created_at": now,
+        }
+        for t in new
+    ]
+    if conn.dialect.insert_executemany_returning:
+        result = await conn.execute(insert(timers).returning(timers.c.id, timers.c.due_at), rows)
+        return [Armed(id=r.id, due_at=r.due_at) for r in result.all()]
+    await conn.execute(insert(timers), rows)
+    query = select(timers.c.id, timers.c.due_at).where(
+        or_(*(and_(timers.c.order_id == t.order_id, timers.c.kind == t.kind.value) for t in new))
+    )
+    return [Armed(id=r.id, due_at=r.due_at) for r in (await conn.execute(query)).all()]
+
+
+async def cancel_for_orders(
+    conn: AsyncConnection,
+    order_ids: Sequence[int],
+    now: datetime,
+    *,
+    kinds: Iterable[TimerKind] | None = None,
+    reason: str = "order moved on",
+) -> int:
+    """Cancel the scheduled timers of these orders (claimed ones finish and see the order moved)."""
+    if not order_ids:
+        return 0
+    guard = [timers.c.order_id.in_(order_ids), timers.c.state == TimerState.SCHEDULED.value]
+    if kinds is not None:
+        guard.append(timers.c.kind.in_([k.value for k in kinds]))
+    result = await conn.execute(
+        update(timers)
+        .where(*guard)
+        .values(state=TimerState.CANCELLED.value, outcome=reason, done_at=now, lease_until=None)
+    )
+    return int(result.rowcount)
+
+
+def _claimable(now: datetime) -> Any:
+    return and_(timers.c.state == TimerState.SCHEDULED.value, timers.c.due_at <= now)
+
+
+def _lease_expired(now: datetime) -> Any:
+    return and_(timers.c.state == TimerState.CLAIMED.value, timers.c.lease_until <= now)
+
+
+async def _take(
+    conn: AsyncConnection, ids: Sequence[int], guard: Any, now: datetime, lease: timedelta
+) -> list[Claimed]:
+    if not ids:
+        return []
+    token = new_token()
+    await conn.execute(
+        update(timers)
+        .where(timers.c.id.in_(ids), guard)
+        .values(
+            state=TimerState.CLAIMED.value,
+            attempts=timers.c.attempts + 1,
+            lease_until=now + lease,
+            claim_token=token,
+        )
+    )
+    query = (
+        select(timers)
+        .where(timers.c.id.in_(ids), timers.c.claim_token == token)
+        .order_by(timers.c.due_at, timers.c.id)
+    )
+    return [
+        Claimed(
+            id=r.id,
+            order_id=r.order_id,
+            kind=TimerKind(r.kind),
+            deadline_at=r.deadline_at,
+            due_at=r.due_at,
+            attempts=r.attempts,
+            token=token,
+        )
+        for r in (await conn.execute(query)).all()
+    ]
+
+
+def _locking(conn: AsyncConnection, query: Any) -> Any:
+    if conn.dialect.name in SKIP_LOCKED_DIALECTS:
+        return query.with_for_update(skip_locked=True)
+    return query
+
+
+async def claim_due(
+    conn: AsyncConnection, *, now: datetime, limit: int, lease: timedelta
+) -> list[Claimed]:
+    """Claim up to ``limit`` scheduled timers that are due, earliest first."""
+    query = (
+        select(timers.c.id)
+        .where(_claimable(now))
+        .order_by(timers.c.due_at, timers.c.id)
+        .limit(limit)
+    )
+    ids = list((await conn.execute(_locking(conn, query))).scalars())
+    return await _take(conn, ids, _claimable(now), now, lease)
+
+
+async def claim_ids(
+    conn: AsyncConnection, ids: Sequence[int], *, now: datetime, lease: timedelta
+) -> list[Claimed]:
+    """Claim these timers if they are scheduled and due; anything else (done, cancelled, claimed,
+    not yet due) is left alone, so a stray or repeated delivery never acts."""
+    return await _take(conn, sorted(set(ids)), _claimable(now), now, lease)
+
+
+async def claim_overdue(
+    conn: AsyncConnection,
+    *,
+    now: datetime,
+    cutoff: datetime,
+    after: tuple[datetime, int] | None,
+    limit: int,
+    lease: timedelta,
+) -> tuple[list[Claimed], tuple[datetime, int] | None]:
+    """The scanner's walk: claim scheduled timers due at or before ``cutoff`` and claims whose
+    lease has expired, in (due_at, id) order after ``after``. Returns the claims and where the
+    walk stands (None once nothing is left)."""
+    missed = or_(
+        and_(timers.c.state == TimerState.SCHEDULED.value, timers.c.due_at <= cutoff),
+        _lease_expired(now),
+    )
+    query = select(timers.c.id, timers.c.due_at).where(missed)
+    if after is not None:
+        query = query.where(
+            or_(
+                timers.c.due_at > after[0],
+                and_(timers.c.due_at == after[0], timers.c.id > after[1]),
+            )
+        )
+    query = query.order_by(timers.c.due_at, timers.c.id).limit(limit)
+    rows = list((await conn.execute(_locking(conn, query))).all())
+    if not rows:
+        return [], None
+    claimed = await _take(conn, [r.id for r in rows], missed, now, lease)
+    return claimed, (rows[-1].due_at, rows[-1].id)
+
+
+async def finish(
+    conn: AsyncConnection, outcomes: Mapping[int, str], *, token: str, now: datetime
+) -> int:
+    """Mark these claimed timers done with their outcomes (only while the claim is still ours)."""
+    by_outcome: dict[str, list[int]] = defaultdict(list)
+    for timer_id, outcome in outcomes.items():
+        by_outcome[outcome[:200]].append(timer_id)
+    done = 0
+    for outcome, ids in by_outcome.items():
+        result = await conn.execute(
+            update(timers)
+            .where(
+                timers.c.id.in_(ids),
+                timers.c.claim_token == token,
+                timers.c.state == TimerState.CLAIMED.value,
+            )
+            .values(
+                state=TimerState.DONE.value,
+                outcome=outcome,
+                done_at=now,
+                lease_until=None,
+            )
+        )
+        done += int(result.rowcount)
+    return done
+
+
+async def retry(
+    conn: AsyncConnection, claimed: Sequence[Claimed], *, error: str, now: datetime
+) -> int:
+    """Hand claimed timers back with a backoff and the error; flag the stuck ones."""
+    by_attempts: dict[int, list[Claimed]] = defaultdict(list)
+    for timer in claimed:
+        by_attempts[timer.attempts].append(timer)
+    changed = 0
+    for attempts, group in by_attempts.items():
+        tokens = {t.token for t in group}
+        for token in tokens:
+            ids = [t.id for t in group if t.token == token]
+            result = await conn.execute(
+                update(timers)
+                .where(
+                    timers.c.id.in_(ids),
+                    timers.c.claim_token == token,
+                    timers.c.state == TimerState.CLAIMED.value,
+                )
+                .values(
+                    state=TimerState.SCHEDULED.value,
+                    due_at=now + backoff(attempts),
+                    stuck=is_stuck(attempts),
+                    last_error=error[:2000],
+                    lease_until=None,
+                    claim_token=None,
+                )
+            )
+            changed += int(result.rowcount)
+    return changed
+
+
+async def release_claims(conn: AsyncConnection, claimed: Sequence[Claimed]) -> int:
+    """Hand claims back untouched (graceful shutdown): scheduled again, the attempt not counted."""
+    changed = 0
+    for token in {t.token for t in claimed}:
+        ids = [t.id for t in claimed if t.token == token]
+        result = await conn.execute(
+            update(timers)
+            .where(timers.c.id.in_(ids), timers.c.claim_token == token)
+            .where(timers.c.state == TimerState.CLAIMED.value)
+            .values(
+                state=TimerState.SCHEDULED.value,
+                attempts=timers.c.attempts - 1,
+                lease_until=None,
+                claim_token=None,
+            )
+        )
+        changed += int(result.rowcount)
+    return changed
+
+
+async def next_due_at(conn: AsyncConnection) -> datetime | None:
+    """When the earliest scheduled timer is due."""
+    query = select(func.min(timers.c.due_at)).where(timers.c.state == TimerState.SCHEDULED.value)
+    value: datetime | None = (await conn.execute(query)).scalar()
+    return value
+
+
+async def for_order(conn: AsyncConnection, order_id: int) -> list[Any]:
+    """The order's timers."""
+    query = select(timers).where(timers.c.order_id == order_id).order_by(timers.c.id)
+    return list((await conn.execute(query)).all())
+
+
+async def count_by_state(conn: AsyncConnection) -> dict[str, int]:
+    """How many timers are in each state."""
+    query = select(timers.c.state, func.count()).group_by(timers.c.state)
+    return {state: count for state, count in (await conn.execute(query)).all()}
+
+
+async def overdue(conn: AsyncConnection, *, now: datetime, grace: timedelta) -> int:
+    """Live timers whose due time passed more than ``grace`` ago."""
+    query = (
+        select(func.count())
+        .select_from(timers)
+        .where(
+            timers.c.state.in_([TimerState.SCHEDULED.value, TimerState.CLAIMED.value]),
+            timers.c.due_at <= now - grace,
+        )
+    )
+    return int((await conn.execute(query)).scalar_one())
+
+
+async def stuck(conn: AsyncConnection) -> int:
+    """Live timers flagged stuck."""
+    query = (
+        select(func.count())
+        .select_from(timers)
+        .where(
+            timers.c.stuck.is_(True),
+            timers.c.state.in_([TimerState.SCHEDULED.value, TimerState.CLAIMED.value]),
+        )
+    )
+    return int((await conn.execute(query)).scalar_one())
+
+
+async def rearm(conn: AsyncConnection, timer: Claimed, *, due_at: datetime) -> int:
+    """Put a claimed timer back, due at ``due_at`` (its order's deadline moved later)."""
+    result = await conn.execute(
+        update(timers)
+        .where(
+            timers.c.id == timer.id,
+            timers.c.claim_token == timer.token,
+            timers.c.state == TimerState.CLAIMED.value,
+        )
+        .values(
+            state=TimerState.SCHEDULED.value,
+            due_at=due_at,
+            attempts=timers.c.attempts - 1,
+            lease_until=None,
+            claim_token=None,
+        )
+    )
+    return int(result.rowcount)

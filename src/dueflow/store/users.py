@@ -1,0 +1,39 @@
+"""Statements on users."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.store.schema import users
+
+
+async def insert_user(
+    conn: AsyncConnection, *, name: str, token_hash: str, is_admin: bool, now: datetime
+) -> int:
+    """Add a user; returns its id."""
+    result = await conn.execute(
+        insert(users).values(name=name, token_hash=token_hash, is_admin=is_admin, created_at=now)
+    )
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+async def by_id(conn: AsyncConnection, user_id: int) -> Row[Any] | None:
+    """The user with this id."""
+    result = await conn.execute(select(users).where(users.c.id == user_id))
+    return result.first()
+
+
+async def by_name(conn: AsyncConnection, name: str) -> Row[Any] | None:
+    """The user with this name."""
+    result = await conn.execute(select(users).where(users.c.name == name))
+    return result.first()
+
+
+async def by_token_hash(conn: AsyncConnection, token_hash: str) -> Row[Any] | None:
+    """The user whose token hashes to ``token_hash``."""
+    result = await conn.execute(select(users).where(users.c.token_hash == token_hash))
+    return result.first()

@@ -1,0 +1,1 @@
+"""Durable timers: the timers table is the truth; triggers only make firing timely."""

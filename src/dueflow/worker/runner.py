@@ -1,0 +1,122 @@
+"""The worker: claim due timers in batches, run each kind's handler on its share of the batch."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from dueflow.domain.timers import TimerKind
+from dueflow.service.deps import Deps
+from dueflow.service.timeouts import HANDLERS, Handler
+from dueflow.store import timers
+from dueflow.store.timers import Claimed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Stats:
+    """What a worker has done since it started."""
+
+    claimed: int = 0
+    batches: int = 0
+    failed_batches: int = 0
+    by_kind: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+class Worker:
+    """Runs due timers. Any number may run at once: claims are exclusive."""
+
+    def __init__(self, deps: Deps, *, handlers: Mapping[TimerKind, Handler] = HANDLERS) -> None:
+        self.deps = deps
+        self.handlers = handlers
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.stats = Stats()
+
+    async def run_batch(self, claimed: Sequence[Claimed]) -> None:
+        """Run the handlers for a claimed batch; a failing handler puts its timers back with
+        backoff and the error, and the rest of the batch goes on."""
+        by_kind: dict[TimerKind, list[Claimed]] = defaultdict(list)
+        for timer in claimed:
+            by_kind[timer.kind].append(timer)
+        self.stats.claimed += len(claimed)
+        self.stats.batches += 1
+        for kind, group in by_kind.items():
+            self.stats.by_kind[kind.value] += len(group)
+            try:
+                await self.handlers[kind](self.deps, group)
+            except Exception as exc:
+                self.stats.failed_batches += 1
+                log.exception("%s handler failed for %d timers", kind.value, len(group))
+                await self._give_back(group, f"{type(exc).__name__}: {exc}")
+
+    async def _give_back(self, group: Sequence[Claimed], error: str) -> None:
+        try:
+            async with self.deps.db.write() as conn:
+                await timers.retry(conn, group, error=error, now=self.deps.clock.now())
+        except Exception:
+            # The lease expires and the scanner takes the timers back.
+            log.exception("could not hand back %d timers; their lease will expire", len(group))
+
+    async def run_once(self) -> int:
+        """Claim one batch of due timers and run it; returns how many were claimed."""
+        now = self.deps.clock.now()
+        async with self.deps.db.write() as conn:
+            claimed = await timers.claim_due(
+                conn, now=now, limit=self.deps.batch_size, lease=self.deps.lease
+            )
+        if claimed:
+            await self.run_batch(claimed)
+        return len(claimed)
+
+    async def deliver(self, timer_ids: Sequence[int]) -> int:
+        """Run timers a trigger handed over; those not scheduled and due are dropped."""
+        async with self.deps.db.write() as conn:
+            claimed = await timers.claim_ids(
+                conn, timer_ids, now=self.deps.clock.now(), lease=self.deps.lease
+            )
+        if claimed:
+            await self.run_batch(claimed)
+        return len(claimed)
+
+    async def drain(self) -> int:
+        """Run batches until nothing is due; returns how many timers were claimed."""
+        total = 0
+        while n := await self.run_once():
+            total += n
+        return total
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set: drain what is due, then sleep until the next due time
+        (at most ``max_idle``) or until the trigger wakes us. A batch in progress finishes."""
+        deps = self.deps
+        while not stop.is_set():
+            try:
+                if await self.run_once():
+                    continue
+                async with deps.db.read() as conn:
+                    next_due = await timers.next_due_at(conn)
+            except Exception:
+                log.exception("worker loop error; retrying shortly")
+                await asyncio.sleep(1.0)
+                continue
+            until = deps.clock.now() + deps.max_idle
+            if next_due is not None and next_due < until:
+                until = next_due
+            ids = await deps.trigger.wait(deps.clock, until)
+            if ids:
+                try:
+                    await self.deliver(ids)
+                except Exception:
+                    log.exception("delivery failed; the scanner will cover it")
+
+
+def lease_seconds(lease: timedelta) -> float:
+    """A lease in seconds, for logs."""
+    return lease.total_seconds()

@@ -1,0 +1,71 @@
+"""The safety net: every scan interval, claim what the trigger missed (timers due more than a
+grace period ago) and claims whose lease expired (a killed worker), and run the same handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from dueflow.store import timers
+from dueflow.worker.runner import Worker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ScanReport:
+    """What one scanner pass did."""
+
+    claimed: int = 0
+    batches: int = 0
+    failed_batches: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+
+
+async def scan_once(worker: Worker) -> ScanReport:
+    """One pass: walk by (due_at, id) up to a cutoff fixed at the start, in batches, past
+    failures."""
+    deps = worker.deps
+    report = ScanReport()
+    started = time.perf_counter()
+    now = deps.clock.now()
+    cutoff = now - deps.scan_grace
+    after = None
+    failed_before = worker.stats.failed_batches
+    while True:
+        try:
+            async with deps.db.write() as conn:
+                claimed, after = await timers.claim_overdue(
+                    conn,
+                    now=deps.clock.now(),
+                    cutoff=cutoff,
+                    after=after,
+                    limit=deps.batch_size,
+                    lease=deps.lease,
+                )
+        except Exception:
+            report.errors += 1
+            log.exception("scanner could not claim; ending this pass")
+            break
+        if after is None:
+            break
+        if claimed:
+            report.claimed += len(claimed)
+            report.batches += 1
+            await worker.run_batch(claimed)
+    report.failed_batches = worker.stats.failed_batches - failed_before
+    report.seconds = time.perf_counter() - started
+    if report.claimed:
+        log.warning("scanner fired %d missed timers in %d batches", report.claimed, report.batches)
+    return report
+
+
+async def run_scanner(worker: Worker, stop: asyncio.Event) -> None:
+    """Scan at start and then every scan interval until ``stop`` is set."""
+    deps = worker.deps
+    while not stop.is_set():
+        await scan_once(worker)
+        await deps.clock.sleep_until(deps.clock.now() + deps.scan_interval, stop)
