@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,6 +18,8 @@ from dueflow.config import Settings, load_settings
 from dueflow.notifiers.base import Notifier, Reminder
 from dueflow.service import accounts
 from dueflow.service.deps import Deps
+from dueflow.store import migrate
+from dueflow.store.db import Database
 from dueflow.worker.runner import Worker
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -50,9 +54,27 @@ class World:
         return await accounts.add_goods(self.deps, seller_id=self.seller, title=title, price=price)
 
 
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated SQLite file per session; each test gets a copy (migrations take ~0.5 s)."""
+    path = tmp_path_factory.mktemp("template") / "template.db"
+
+    async def build() -> None:
+        db = Database.from_url(f"sqlite:///{path}")
+        try:
+            await migrate.upgrade(db)
+        finally:
+            await db.dispose()
+
+    asyncio.run(build())
+    return path
+
+
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "dueflow.db"
+def db_path(tmp_path: Path, migrated_template: Path) -> Path:
+    path = tmp_path / "dueflow.db"
+    shutil.copyfile(migrated_template, path)
+    return path
 
 
 @pytest.fixture
@@ -64,7 +86,9 @@ def settings(db_path: Path) -> Settings:
 async def world(settings: Settings) -> AsyncIterator[World]:
     clock = FakeClock(START)
     notifier = RecordingNotifier()
-    async with bootstrap.running(settings, clock=clock, notifier=notifier) as deps:
+    async with bootstrap.running(
+        settings, clock=clock, notifier=notifier, migrate_sqlite=False
+    ) as deps:
         seller, _ = await accounts.add_user(deps, "seller")
         buyer, _ = await accounts.add_user(deps, "buyer")
         other, _ = await accounts.add_user(deps, "other")

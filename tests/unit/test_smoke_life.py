@@ -22,7 +22,9 @@ async def test_full_life(world):
     goods_id = await world.goods()
     order_id = await orders.place_order(world.deps, buyer_id=world.buyer, goods_id=goods_id)
     await payments.record_manual_payment(world.deps, order_id=order_id, amount="12.50")
-    await orders.ship(world.deps, order_id=order_id, user_id=world.seller, carrier="SF", tracking_no="1")
+    await orders.ship(
+        world.deps, order_id=order_id, user_id=world.seller, carrier="SF", tracking_no="1"
+    )
     world.clock.advance(timedelta(days=10))
     await world.worker.drain()
     world.clock.advance(timedelta(days=15))

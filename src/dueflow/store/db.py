@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -72,6 +73,10 @@ class Database:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        # SQLite has one writer at a time. Queueing our own writers here, instead of letting
+        # them poll in SQLite's busy handler (which sleeps up to 100 ms a try), keeps lock
+        # waits in this process fair and short; other processes still wait in busy_timeout.
+        self._write_lock: asyncio.Lock | None = None
 
     @classmethod
     def from_url(cls, url: str, *, echo: bool = False) -> Database:
@@ -99,6 +104,17 @@ class Database:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction: committed on success, rolled back on any error."""
+        if self.dialect != "sqlite":
+            async with self._write() as conn:
+                yield conn
+            return
+        if self._write_lock is None:
+            self._write_lock = asyncio.Lock()
+        async with self._write_lock, self._write() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
         try:
             async with self.engine.begin() as conn:
                 yield conn

@@ -1,0 +1,248 @@
+"""The command line: ``dueflow migrate | users | goods | orders | payments | worker | scan | status | demo``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from dueflow import bootstrap, render
+from dueflow.config import Settings, load_settings
+from dueflow.exceptions import ConfigError, DomainError, DueflowError
+from dueflow.service import accounts, orders, payments, report
+from dueflow.service.deps import Deps
+from dueflow.store import migrate as migrations
+from dueflow.store.db import Database
+from dueflow.worker.runner import Worker
+from dueflow.worker.scanner import run_scanner, scan_once
+
+T = TypeVar("T")
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+users_app = typer.Typer(no_args_is_help=True, help="Manage users.")
+goods_app = typer.Typer(no_args_is_help=True, help="Put goods on sale.")
+orders_app = typer.Typer(no_args_is_help=True, help="Place and inspect orders.")
+payments_app = typer.Typer(no_args_is_help=True, help="Record payments.")
+app.add_typer(users_app, name="users")
+app.add_typer(goods_app, name="goods")
+app.add_typer(orders_app, name="orders")
+app.add_typer(payments_app, name="payments")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        return load_settings(**overrides)
+    except ConfigError as exc:
+        err.print(f"[red]error:[/red] {exc.message}")
+        raise typer.Exit(2) from None
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine, turning dueflow's errors into a message and an exit status
+    (2 for bad input or settings, 1 for everything else)."""
+    try:
+        return asyncio.run(coro)
+    except (ConfigError, DomainError) as exc:
+        err.print(f"[red]error:[/red] {exc.message}")
+        raise typer.Exit(2) from None
+    except DueflowError as exc:
+        err.print(f"[red]error:[/red] {exc.message}")
+        raise typer.Exit(1) from None
+
+
+async def _with_deps(settings: Settings, action: Callable[[Deps], Awaitable[T]]) -> T:
+    async with bootstrap.running(settings) as deps:
+        return await action(deps)
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@app.command()
+def migrate() -> None:
+    """Create or upgrade the database schema."""
+    settings = _settings()
+
+    async def go() -> None:
+        db = Database.from_url(settings.database_url)
+        try:
+            await migrations.upgrade(db)
+        finally:
+            await db.dispose()
+
+    _run(go())
+    out.print(f"database at {settings.database_url} is up to date")
+
+
+@users_app.command("add")
+def users_add(
+    name: str, admin: bool = typer.Option(False, "--admin", help="Make an admin.")
+) -> None:
+    """Create a user and print its bearer token (shown once)."""
+    user, token = _run(_with_deps(_settings(), lambda d: accounts.add_user(d, name, admin=admin)))
+    role = "admin" if user.is_admin else "user"
+    out.print(f"{role} {user.name} (id {user.id}) token: {token}", soft_wrap=True)
+
+
+@goods_app.command("add")
+def goods_add(
+    seller: str = typer.Option(..., help="The selling user's name."),
+    title: str = typer.Option(...),
+    price: str = typer.Option(..., help="Yuan, like 12.50."),
+) -> None:
+    """Put goods on sale for a seller."""
+
+    async def go(deps: Deps) -> int:
+        user = await report.user_by_name(deps, seller)
+        return await accounts.add_goods(deps, seller_id=user.id, title=title, price=price)
+
+    goods_id = _run(_with_deps(_settings(), go))
+    out.print(f"goods {goods_id} on sale: {title} for {price}")
+
+
+@orders_app.command("place")
+def orders_place(
+    goods_id: int,
+    buyer: str = typer.Option(..., help="The buying user's name."),
+    order_type: str = typer.Option("normal", "--type", help="Order type (normal, flash, ...)."),
+) -> None:
+    """Place an order holding the goods."""
+
+    async def go(deps: Deps) -> dict[str, Any]:
+        user = await report.user_by_name(deps, buyer)
+        order_id = await orders.place_order(
+            deps, buyer_id=user.id, goods_id=goods_id, order_type=order_type
+        )
+        return await orders.order_view(deps, order_id)
+
+    view = _run(_with_deps(_settings(), go))
+    out.print(
+        f"order {view['id']} {view['status']}: {view['amount']} due by "
+        f"{view['pay_deadline']:%Y-%m-%d %H:%M:%S} UTC"
+    )
+
+
+@orders_app.command("show")
+def orders_show(order_id: int) -> None:
+    """Show an order with its timers and timeline."""
+    view = _run(_with_deps(_settings(), lambda d: orders.order_view(d, order_id)))
+    render.print_order(out, view)
+
+
+@payments_app.command("record")
+def payments_record(
+    order_id: int,
+    amount: str = typer.Option(..., help="Yuan received, like 12.50; must equal the order's."),
+    reference: str | None = typer.Option(None, help="Bank or receipt reference."),
+) -> None:
+    """Record a payment received off-line (the manual provider)."""
+    pay_no, outcome = _run(
+        _with_deps(
+            _settings(),
+            lambda d: payments.record_manual_payment(
+                d, order_id=order_id, amount=amount, reference=reference
+            ),
+        )
+    )
+    if outcome is payments.PaymentOutcome.REFUND:
+        err.print(
+            f"[yellow]order {order_id} no longer awaits payment: payment {pay_no} is recorded "
+            "as a discrepancy and a refund awaits review[/yellow]"
+        )
+        raise typer.Exit(1)
+    out.print(f"payment {pay_no} recorded: order {order_id} {outcome.value}")
+
+
+@app.command()
+def scan() -> None:
+    """Run one scanner pass: fire timers the trigger missed and claims whose lease expired."""
+
+    async def go(deps: Deps) -> Any:
+        return await scan_once(Worker(deps))
+
+    result = _run(_with_deps(_settings(), go))
+    out.print(
+        f"scan: claimed {result.claimed} timers in {result.batches} batches, "
+        f"{result.failed_batches} failed, {result.errors} errors, {result.seconds * 1000:.1f} ms"
+    )
+
+
+@app.command()
+def status() -> None:
+    """Orders by status, timers by state, overdue and stuck timers, refunds, discrepancies."""
+    snapshot = _run(_with_deps(_settings(), report.snapshot))
+    render.print_snapshot(out, snapshot)
+
+
+@app.command()
+def worker(
+    concurrency: int = typer.Option(1, min=1, max=64, help="Concurrent claim loops."),
+    no_scanner: bool = typer.Option(False, "--no-scanner", help="Do not run the scanner here."),
+    verbose: bool = typer.Option(False, "-v", "--verbose"),
+) -> None:
+    """Run timers as they come due, and the scanner, until SIGINT or SIGTERM."""
+    _logging(verbose)
+    settings = _settings()
+
+    async def go(deps: Deps) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def shut_down() -> None:
+            stop.set()
+            deps.trigger.wake()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, shut_down)
+        runner = Worker(deps)
+        tasks = [asyncio.create_task(runner.run(stop)) for _ in range(concurrency)]
+        if not no_scanner:
+            tasks.append(asyncio.create_task(run_scanner(runner, stop)))
+        err.print(f"worker {runner.name} running ({concurrency} loops); Ctrl-C stops")
+        await asyncio.gather(*tasks)
+        err.print(f"worker stopped after {runner.stats.claimed} timers")
+
+    _run(_with_deps(settings, go))
+
+
+@app.command()
+def demo(
+    orders_count: int = typer.Option(60, "--orders", min=1, max=5000, help="Orders to simulate."),
+    speed: float = typer.Option(
+        60.0, min=1.0, max=600.0, help="Simulated seconds per real second."
+    ),
+    db: Path | None = typer.Option(None, help="SQLite file (default: a fresh temporary one)."),
+    seed: int = typer.Option(7, help="Random seed of the simulated people."),
+    live: bool = typer.Option(True, help="Show the live progress view."),
+) -> None:
+    """A simulated marketplace on the dev profile: buyers that pay, pay late, never pay or cancel;
+    sellers that ship, ship late or never. Ends with a table of outcomes and checked invariants."""
+    from dueflow import demo as demo_module
+
+    ok = _run(
+        demo_module.run(orders=orders_count, speed=speed, db=db, seed=seed, live=live, console=out)
+    )
+    raise typer.Exit(0 if ok else 1)
+
+
+def main() -> None:
+    """Entry point of the ``dueflow`` program."""
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,100 @@
+"""How the command line shows orders and snapshots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from dueflow.service.report import Invariants, Snapshot
+
+ORDER_STATUSES = (
+    "pending_payment",
+    "pending_shipment",
+    "shipped",
+    "received",
+    "completed",
+    "cancelled_unpaid",
+    "cancelled_unshipped",
+)
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def print_order(console: Console, view: dict[str, Any]) -> None:
+    """An order, its timers and its timeline."""
+    console.print(
+        f"order {view['id']} ({view['order_type']}) [bold]{view['status']}[/bold] "
+        f"amount {view['amount']}  buyer {view['buyer_id']}  seller {view['seller_id']}  "
+        f"goods {view['goods_id']}"
+    )
+    for name in ("pay_deadline", "ship_deadline", "receive_deadline", "review_deadline"):
+        if view.get(name) is not None:
+            console.print(f"  {name.replace('_', ' ')}: {_when(view[name])} UTC")
+    timers = Table("timer", "kind", "due", "state", "attempts", "outcome", title="timers")
+    for t in view["timers"]:
+        timers.add_row(
+            str(t["id"]),
+            t["kind"],
+            _when(t["due_at"]),
+            t["state"],
+            str(t["attempts"]),
+            t["outcome"] or "",
+        )
+    console.print(timers)
+    timeline = Table("at", "event", "actor", "from", "to", "detail", title="timeline")
+    for e in view["timeline"]:
+        timeline.add_row(
+            _when(e["at"]),
+            e["event"],
+            e["actor"],
+            e["from_status"] or "",
+            e["to_status"] or "",
+            e["detail"] or "",
+        )
+    console.print(timeline)
+    for refund in view["refunds"]:
+        console.print(
+            f"  refund {refund['refund_no']} {refund['amount']} {refund['state']} ({refund['reason']})"
+        )
+
+
+def snapshot_table(snap: Snapshot, title: str = "dueflow status") -> Table:
+    """Orders by status, timers by state, and the alarms."""
+    table = Table("what", "count", title=title)
+    for status in ORDER_STATUSES:
+        table.add_row(f"orders {status}", str(snap.orders.get(status, 0)))
+    for state in ("scheduled", "claimed", "done", "cancelled"):
+        table.add_row(f"timers {state}", str(snap.timers.get(state, 0)))
+    table.add_row("timers overdue", str(snap.overdue), style="red" if snap.overdue else None)
+    table.add_row("timers stuck", str(snap.stuck), style="red" if snap.stuck else None)
+    for state, count in sorted(snap.refunds.items()):
+        table.add_row(f"refunds {state}", str(count))
+    table.add_row(
+        "discrepancies", str(snap.discrepancies), style="yellow" if snap.discrepancies else None
+    )
+    return table
+
+
+def print_snapshot(console: Console, snap: Snapshot) -> None:
+    """The status table."""
+    console.print(snapshot_table(snap))
+
+
+def invariants_table(inv: Invariants) -> Table:
+    """Each invariant with PASS or the offenders."""
+    table = Table("invariant", "result", title="invariants")
+    checks = (
+        ("no goods held by a cancelled order", inv.held_by_dead_order),
+        ("no order left past a deadline", inv.past_deadline),
+        ("no reminder sent twice", inv.reminders_twice),
+        ("no review written twice", inv.reviews_twice),
+        ("no goods held by two live orders", inv.goods_held_twice),
+    )
+    for name, offenders in checks:
+        verdict = "[green]PASS[/green]" if not offenders else f"[red]FAIL[/red] {offenders[:10]}"
+        table.add_row(name, verdict)
+    return table

@@ -1,0 +1,129 @@
+"""What operators look at: counts, overdue and stuck timers, lateness, and the invariants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import and_, func, select
+
+from dueflow.domain.lifecycle import OrderStatus
+from dueflow.domain.timers import TimerState
+from dueflow.exceptions import NotFound
+from dueflow.service.accounts import User
+from dueflow.service.deps import Deps
+from dueflow.store import orders, payments, timers, users
+from dueflow.store.schema import goods, reminders, reviews
+from dueflow.store.schema import orders as t_orders
+from dueflow.store.schema import timers as t_timers
+
+
+@dataclass
+class Snapshot:
+    """The system at one instant."""
+
+    at: datetime
+    orders: dict[str, int]
+    timers: dict[str, int]
+    overdue: int
+    stuck: int
+    refunds: dict[str, int]
+    discrepancies: int
+
+
+@dataclass
+class Invariants:
+    """DESIGN.md's promises, checked against the database; each list names the offenders."""
+
+    held_by_dead_order: list[int] = field(default_factory=list)
+    past_deadline: list[int] = field(default_factory=list)
+    reminders_twice: list[int] = field(default_factory=list)
+    reviews_twice: list[int] = field(default_factory=list)
+    goods_held_twice: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every invariant holds."""
+        return not any(vars(self).values())
+
+
+async def user_by_name(deps: Deps, name: str) -> User:
+    """The user called ``name``."""
+    async with deps.db.read() as conn:
+        row = await users.by_name(conn, name)
+    if row is None:
+        raise NotFound(f"no user {name!r}")
+    return User(row.id, row.name, row.is_admin)
+
+
+async def snapshot(deps: Deps) -> Snapshot:
+    """Counts by status and state, overdue and stuck timers, refunds and discrepancies."""
+    now = deps.clock.now()
+    async with deps.db.read() as conn:
+        return Snapshot(
+            at=now,
+            orders=await orders.count_by_status(conn),
+            timers=await timers.count_by_state(conn),
+            overdue=await timers.overdue(conn, now=now, grace=deps.scan_grace),
+            stuck=await timers.stuck(conn),
+            refunds=await payments.count_refunds_by_state(conn),
+            discrepancies=await payments.count_discrepancies(conn),
+        )
+
+
+_DEADLINES = {
+    OrderStatus.PENDING_PAYMENT: t_orders.c.pay_deadline,
+    OrderStatus.PENDING_SHIPMENT: t_orders.c.ship_deadline,
+    OrderStatus.SHIPPED: t_orders.c.receive_deadline,
+    OrderStatus.RECEIVED: t_orders.c.review_deadline,
+}
+
+
+async def check_invariants(deps: Deps, *, tolerance_seconds: float = 5.0) -> Invariants:
+    """Check the promises: nothing held by a dead order, no order left past its deadline (beyond
+    ``tolerance_seconds``), no reminder or review twice, no goods held by two live orders."""
+    from datetime import timedelta
+
+    now = deps.clock.now()
+    late = now - timedelta(seconds=tolerance_seconds)
+    result = Invariants()
+    dead = [s.value for s in OrderStatus if s.is_cancelled]
+    async with deps.db.read() as conn:
+        held = select(goods.c.id).join(t_orders, t_orders.c.id == goods.c.reserved_order_id)
+        result.held_by_dead_order = list(
+            (await conn.execute(held.where(t_orders.c.status.in_(dead)))).scalars()
+        )
+        for status, column in _DEADLINES.items():
+            query = select(t_orders.c.id).where(t_orders.c.status == status.value, column < late)
+            result.past_deadline += list((await conn.execute(query)).scalars())
+        twice = (
+            select(reminders.c.order_id)
+            .group_by(reminders.c.order_id, reminders.c.kind)
+            .having(func.count() > 1)
+        )
+        result.reminders_twice = list((await conn.execute(twice)).scalars())
+        twice = (
+            select(reviews.c.order_id)
+            .group_by(reviews.c.order_id, reviews.c.role)
+            .having(func.count() > 1)
+        )
+        result.reviews_twice = list((await conn.execute(twice)).scalars())
+        live = [s.value for s in OrderStatus if not s.is_cancelled]
+        double = (
+            select(t_orders.c.goods_id)
+            .where(t_orders.c.status.in_(live))
+            .group_by(t_orders.c.goods_id)
+            .having(func.count() > 1)
+        )
+        result.goods_held_twice = list((await conn.execute(double)).scalars())
+    return result
+
+
+async def lateness_seconds(deps: Deps) -> list[float]:
+    """For every timer done on its first attempt, seconds from its deadline to its firing."""
+    async with deps.db.read() as conn:
+        query = select(t_timers.c.deadline_at, t_timers.c.done_at).where(
+            and_(t_timers.c.state == TimerState.DONE.value, t_timers.c.attempts == 1)
+        )
+        rows = (await conn.execute(query)).all()
+    return sorted((done - deadline).total_seconds() for deadline, done in rows)
