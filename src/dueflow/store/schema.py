@@ -10,14 +10,13 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
-    Numeric,
     String,
     Table,
     Text,
     UniqueConstraint,
 )
 
-from dueflow.store.types import UTCDateTime
+from dueflow.store.types import Money, UTCDateTime
 
 metadata = MetaData(
     naming_convention={
@@ -31,7 +30,6 @@ metadata = MetaData(
 
 # SQLite needs INTEGER PRIMARY KEY for rowid aliasing; elsewhere ids are 64-bit.
 Id = BigInteger().with_variant(Integer(), "sqlite")
-Money = Numeric(12, 2, asdecimal=True)
 
 users = Table(
     "users",

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect
+from sqlalchemy import DateTime, Dialect, Numeric, String
 from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeDecorator
+
+CENT = Decimal("0.01")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -41,3 +44,31 @@ class UTCDateTime(TypeDecorator[datetime]):
             value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
         )
         return aware
+
+
+class Money(TypeDecorator[Decimal]):
+    """Yuan as an exact Decimal with two places: NUMERIC(12, 2) where the database has decimals,
+    text on SQLite (whose NUMERIC would store a binary float)."""
+
+    impl = Numeric(12, 2, asdecimal=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(16))
+        return dialect.type_descriptor(Numeric(12, 2, asdecimal=True))
+
+    def process_bind_param(self, value: Decimal | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, Decimal):
+            raise TypeError("money is bound as Decimal only")
+        exact = value.quantize(CENT)
+        if exact != value:
+            raise ValueError(f"{value} has more than two decimals")
+        return str(exact) if dialect.name == "sqlite" else exact
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Decimal | None:
+        if value is None:
+            return None
+        return Decimal(str(value)).quantize(CENT)

@@ -48,7 +48,7 @@ def upgrade() -> None:
             "seller_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
         ),
         sa.Column("title", sa.String(length=200), nullable=False),
-        sa.Column("price", sa.Numeric(precision=12, scale=2), nullable=False),
+        sa.Column("price", dueflow.store.types.Money(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column(
             "reserved_order_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
@@ -78,7 +78,7 @@ def upgrade() -> None:
             "seller_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
         ),
         sa.Column("goods_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("amount", sa.Numeric(precision=12, scale=2), nullable=False),
+        sa.Column("amount", dueflow.store.types.Money(), nullable=False),
         sa.Column("status", sa.String(length=32), nullable=False),
         sa.Column("created_at", dueflow.store.types.UTCDateTime(), nullable=False),
         sa.Column("pay_deadline", dueflow.store.types.UTCDateTime(), nullable=False),
@@ -141,7 +141,7 @@ def upgrade() -> None:
         sa.Column("pay_no", sa.String(length=32), nullable=False),
         sa.Column("order_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("provider", sa.String(length=16), nullable=False),
-        sa.Column("amount", sa.Numeric(precision=12, scale=2), nullable=False),
+        sa.Column("amount", dueflow.store.types.Money(), nullable=False),
         sa.Column("expires_at", dueflow.store.types.UTCDateTime(), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("provider_trade_no", sa.String(length=64), nullable=True),
@@ -272,7 +272,7 @@ def upgrade() -> None:
             "payment_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
         ),
         sa.Column("provider", sa.String(length=16), nullable=False),
-        sa.Column("amount", sa.Numeric(precision=12, scale=2), nullable=False),
+        sa.Column("amount", dueflow.store.types.Money(), nullable=False),
         sa.Column("reason", sa.String(length=32), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("last_error", sa.Text(), nullable=True),
