@@ -23,10 +23,11 @@ def parse_yuan(value: object) -> Decimal:
         raise InvalidInput(f"not an amount: {value!r}") from None
     if not amount.is_finite():
         raise InvalidInput(f"not an amount: {value!r}")
-    if amount != amount.quantize(CENT):
-        raise InvalidInput(f"amount {value} has more than two decimals")
+    # The range first: quantizing a huge amount overflows the decimal context.
     if amount <= 0 or amount > MAX_AMOUNT:
         raise InvalidInput(f"amount {value} must be above 0 and at most {MAX_AMOUNT}")
+    if amount != amount.quantize(CENT):
+        raise InvalidInput(f"amount {value} has more than two decimals")
     return amount.quantize(CENT)
 
 

@@ -38,6 +38,16 @@ async def many(conn: AsyncConnection, order_ids: Sequence[int]) -> list[Row[Any]
     return list((await conn.execute(select(orders).where(orders.c.id.in_(order_ids)))).all())
 
 
+# What a move hands back: enough to act on the moved orders, nothing that costs conversions.
+MOVED_COLUMNS = (
+    orders.c.id,
+    orders.c.order_type,
+    orders.c.goods_id,
+    orders.c.buyer_id,
+    orders.c.seller_id,
+)
+
+
 async def move(
     conn: AsyncConnection,
     order_ids: Sequence[int],
@@ -50,15 +60,27 @@ async def move(
 ) -> list[Row[Any]]:
     """Move the orders that are still ``expected`` (and, with ``due``, whose deadline has come).
 
-    Returns the moved orders as they were before the move. Orders in any other status are left
-    alone: the caller learns who won from what is returned.
+    Returns the moved orders (id, order_type, goods_id, buyer_id, seller_id). Orders in any
+    other status are left alone: the caller learns who won from what is returned.
     """
     if not order_ids:
         return []
     guard = [orders.c.id.in_(order_ids), orders.c.status == expected.value]
     if due is not None:
         guard.append(due <= now)
-    rows = list((await conn.execute(select(orders).where(*guard).with_for_update())).all())
+    if not callable(values) and conn.dialect.update_returning:
+        # One statement: the conditional UPDATE itself says which rows it moved.
+        result = await conn.execute(
+            update(orders)
+            .where(*guard)
+            .values(status=to.value, updated_at=now, **(values or {}))
+            .returning(*MOVED_COLUMNS)
+        )
+        moved: list[Any] = list(result.all())
+        return moved
+    rows: list[Row[Any]] = list(
+        (await conn.execute(select(*MOVED_COLUMNS).where(*guard).with_for_update())).all()
+    )
     by_type: dict[str, list[int]] = defaultdict(list)
     for row in rows:
         by_type[row.order_type].append(row.id)

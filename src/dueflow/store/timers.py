@@ -115,13 +115,23 @@ def _lease_expired(now: datetime) -> Any:
     return and_(timers.c.state == TimerState.CLAIMED.value, timers.c.lease_until <= now)
 
 
+_CLAIMED_COLUMNS = (
+    timers.c.id,
+    timers.c.order_id,
+    timers.c.kind,
+    timers.c.deadline_at,
+    timers.c.due_at,
+    timers.c.attempts,
+)
+
+
 async def _take(
     conn: AsyncConnection, ids: Sequence[int], guard: Any, now: datetime, lease: timedelta
 ) -> list[Claimed]:
     if not ids:
         return []
     token = new_token()
-    await conn.execute(
+    claim = (
         update(timers)
         .where(timers.c.id.in_(ids), guard)
         .values(
@@ -131,11 +141,13 @@ async def _take(
             claim_token=token,
         )
     )
-    query = (
-        select(timers)
-        .where(timers.c.id.in_(ids), timers.c.claim_token == token)
-        .order_by(timers.c.due_at, timers.c.id)
-    )
+    if conn.dialect.update_returning:
+        rows = list((await conn.execute(claim.returning(*_CLAIMED_COLUMNS))).all())
+    else:
+        await conn.execute(claim)
+        query = select(*_CLAIMED_COLUMNS).where(timers.c.id.in_(ids), timers.c.claim_token == token)
+        rows = list((await conn.execute(query)).all())
+    rows.sort(key=lambda r: (r.due_at, r.id))
     return [
         Claimed(
             id=r.id,
@@ -146,7 +158,7 @@ async def _take(
             attempts=r.attempts,
             token=token,
         )
-        for r in (await conn.execute(query)).all()
+        for r in rows
     ]
 
 

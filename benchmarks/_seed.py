@@ -1,0 +1,93 @@
+"""Bulk seeding for benchmarks: stdlib sqlite3 writing rows exactly as dueflow stores them."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dueflow.store import migrate
+from dueflow.store.db import Database
+
+FMT = "%Y-%m-%d %H:%M:%S.%f"
+
+
+def stamp(when: datetime) -> str:
+    """A datetime as dueflow's SQLite columns hold it (naive UTC text)."""
+    return when.astimezone(UTC).replace(tzinfo=None).strftime(FMT)
+
+
+def parse(text: str) -> datetime:
+    """The inverse of :func:`stamp`."""
+    return datetime.strptime(text, FMT).replace(tzinfo=UTC)
+
+
+def migrated(path: Path) -> None:
+    """Create the schema with dueflow's own migrations."""
+
+    async def go() -> None:
+        db = Database.from_url(f"sqlite:///{path}")
+        try:
+            await migrate.upgrade(db)
+        finally:
+            await db.dispose()
+
+    asyncio.run(go())
+
+
+def seed_unpaid(path: Path, count: int, due: datetime, *, chunk: int = 50_000) -> None:
+    """``count`` unpaid orders, each holding its own goods, with a cancel_unpaid timer at ``due``."""
+    now = stamp(datetime.now(UTC))
+    due_s = stamp(due)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=OFF")
+    with conn:
+        conn.execute(
+            "INSERT INTO users (id, name, token_hash, is_admin, created_at) VALUES "
+            "(1, 'seller', 'h1', 0, ?), (2, 'buyer', 'h2', 0, ?)",
+            (now, now),
+        )
+    for start in range(1, count + 1, chunk):
+        ids = range(start, min(start + chunk, count + 1))
+        with conn:
+            conn.executemany(
+                "INSERT INTO goods (id, seller_id, title, price, status, reserved_order_id, "
+                "created_at, updated_at) VALUES (?, 1, 'item', '12.50', 'on_sale', ?, ?, ?)",
+                ((i, i, now, now) for i in ids),
+            )
+            conn.executemany(
+                "INSERT INTO orders (id, profile, order_type, buyer_id, seller_id, goods_id, amount,"
+                " status, created_at, pay_deadline, updated_at) VALUES "
+                "(?, 'marketplace', 'normal', 2, 1, ?, '12.50', 'pending_payment', ?, ?, ?)",
+                ((i, i, now, due_s, now) for i in ids),
+            )
+            conn.executemany(
+                "INSERT INTO timers (order_id, kind, deadline_at, due_at, state, attempts, stuck,"
+                " created_at) VALUES (?, 'cancel_unpaid', ?, ?, 'scheduled', 0, 0, ?)",
+                ((i, due_s, due_s, now) for i in ids),
+            )
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+def set_due(path: Path, due: datetime) -> None:
+    """Move every order's pay deadline and its timer to ``due`` in one transaction."""
+    due_s = stamp(due)
+    conn = sqlite3.connect(path, timeout=30)
+    with conn:
+        conn.execute("UPDATE orders SET pay_deadline = ?", (due_s,))
+        conn.execute("UPDATE timers SET due_at = ?, deadline_at = ?", (due_s, due_s))
+    conn.close()
+
+
+def rss_kib(pid: int) -> tuple[int, int]:
+    """(current RSS, peak RSS) of a process in KiB, from /proc."""
+    values = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                values[key] = int(value.split()[0])
+    return values.get("VmRSS", 0), values.get("VmHWM", 0)
