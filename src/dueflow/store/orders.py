@@ -78,7 +78,7 @@ async def move(
         )
         moved: list[Any] = list(result.all())
         return moved
-    rows: list[Row[Any]] = list(
+    rows: list[Any] = list(
         (await conn.execute(select(*MOVED_COLUMNS).where(*guard).with_for_update())).all()
     )
     by_type: dict[str, list[int]] = defaultdict(list)
