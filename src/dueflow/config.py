@@ -29,7 +29,7 @@ def _duration(value: Any) -> timedelta:
 
 Duration = Annotated[timedelta, BeforeValidator(_duration)]
 OptionalDuration = Annotated[
-    timedelta | None, BeforeValidator(lambda v: v if v in (None, "") else _duration(v))
+    timedelta | None, BeforeValidator(lambda v: None if v in (None, "") else _duration(v))
 ]
 
 DEFAULT_ORDER_TYPES: dict[str, dict[str, dict[str, str]]] = {

@@ -45,7 +45,10 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
                 )
     if seconds < 0:
         raise ConfigError(f"a duration cannot be negative: {text!r}")
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except (OverflowError, ValueError):  # too large for a timedelta, or NaN
+        raise ConfigError(f"not a duration: {text!r} (out of range)") from None
 
 
 def format_duration(delta: timedelta) -> str:

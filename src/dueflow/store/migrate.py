@@ -5,17 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import inspect
+from sqlalchemy import exc, inspect, text
 
 from dueflow.store.db import Database
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def alembic_config(connection: Any = None) -> Config:
+def alembic_config(connection: Any = None) -> Any:
     """An Alembic config pointing at dueflow's migrations (no alembic.ini needed)."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     if connection is not None:
@@ -23,8 +23,26 @@ def alembic_config(connection: Any = None) -> Config:
     return config
 
 
+# The newest revision in migrations/versions (a test keeps this in step with the scripts).
+HEAD = "0001"
+
+
+async def at_head(db: Database) -> bool:
+    """The schema is already at :data:`HEAD` (checked without loading Alembic)."""
+    try:
+        async with db.engine.connect() as conn:
+            result = await conn.execute(text("SELECT version_num FROM alembic_version"))
+            return {row[0] for row in result} == {HEAD}
+    except exc.DBAPIError:
+        return False
+
+
 async def upgrade(db: Database, revision: str = "head") -> None:
     """Bring the schema up to ``revision``."""
+    if revision == "head" and await at_head(db):
+        return
+    from alembic import command
+
     async with db.engine.begin() as conn:
         await conn.run_sync(lambda sync: command.upgrade(alembic_config(sync), revision))
 

@@ -1,0 +1,117 @@
+"""The real ``dueflow`` program in subprocesses, on a fresh SQLite file."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DUEFLOW = Path(sys.executable).parent / "dueflow"
+
+
+@pytest.fixture
+def cli(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
+    env["DUEFLOW_DATABASE_URL"] = f"sqlite:///{tmp_path / 'cli.db'}"
+    env["COLUMNS"] = "200"
+
+    def run(*args: str, extra: dict[str, str] | None = None, timeout: float = 60):
+        return subprocess.run(
+            [str(DUEFLOW), *args],
+            env={**env, **(extra or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
+
+
+def test_migrate_then_status(cli):
+    result = cli("migrate")
+    assert result.returncode == 0, result.stderr
+    assert "up to date" in result.stdout
+    status = cli("status")
+    assert status.returncode == 0, status.stderr
+    assert "orders pending_payment" in status.stdout
+    assert "timers overdue" in status.stdout
+
+
+def test_users_add_prints_a_token_once_and_refuses_duplicates(cli):
+    first = cli("users", "add", "alice", "--admin")
+    assert first.returncode == 0, first.stderr
+    assert re.search(r"admin alice \(id 1\) token: \S{20,}", first.stdout)
+    again = cli("users", "add", "alice")
+    assert again.returncode == 2
+    assert "already exists" in again.stderr
+    bad = cli("users", "add", "no spaces allowed")
+    assert bad.returncode == 2
+    assert "user name" in bad.stderr
+
+
+def test_bad_settings_exit_2_with_the_variable_named(cli):
+    result = cli("status", extra={"DUEFLOW_PAY_TIMEOUT": "3x"})
+    assert result.returncode == 2
+    assert "DUEFLOW_PAY_TIMEOUT" in result.stderr
+    assert "not a duration" in result.stderr
+    unknown = cli("status", extra={"DUEFLOW_TRIGGER_URL": "kafka://x"})
+    assert unknown.returncode == 2
+    assert "unsupported trigger" in unknown.stderr
+    database = cli("status", extra={"DUEFLOW_DATABASE_URL": "oracle://x"})
+    assert database.returncode == 2
+    assert "unsupported database" in database.stderr
+
+
+def test_bad_arguments_exit_2(cli):
+    assert cli("orders", "place", "notanumber", "--buyer", "x").returncode == 2
+    assert cli("worker", "--concurrency", "0").returncode == 2
+    assert cli("no-such-command").returncode == 2
+
+
+def test_order_placed_paid_and_shown(cli):
+    assert cli("users", "add", "sam").returncode == 0
+    assert cli("users", "add", "bea").returncode == 0
+    goods = cli("goods", "add", "--seller", "sam", "--title", "camera", "--price", "12.50")
+    assert goods.returncode == 0, goods.stderr
+    assert "goods 1 on sale" in goods.stdout
+    placed = cli("orders", "place", "1", "--buyer", "bea")
+    assert placed.returncode == 0, placed.stderr
+    assert "order 1 pending_payment: 12.50" in placed.stdout
+    taken = cli("orders", "place", "1", "--buyer", "bea")
+    assert taken.returncode == 2
+    assert "held by another order" in taken.stderr
+    wrong = cli("payments", "record", "1", "--amount", "12.00")
+    assert wrong.returncode == 2
+    assert "differs" in wrong.stderr
+    malformed = cli("payments", "record", "1", "--amount", "twelve")
+    assert malformed.returncode == 2
+    assert "not an amount" in malformed.stderr
+    paid = cli("payments", "record", "1", "--amount", "12.5")
+    assert paid.returncode == 0, paid.stderr
+    assert "confirmed" in paid.stdout
+    shown = cli("orders", "show", "1")
+    assert shown.returncode == 0, shown.stderr
+    assert "pending_shipment" in shown.stdout
+    assert "cancel_unshipped" in shown.stdout
+    assert "manual" in shown.stdout
+    missing = cli("orders", "show", "99")
+    assert missing.returncode == 2
+    assert "no order 99" in missing.stderr
+
+
+def test_scan_reports_what_it_did(cli):
+    result = cli("scan")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"scan: claimed 0 timers in 0 batches, 0 failed, 0 errors", result.stdout)
+
+
+def test_demo_runs_and_checks_its_invariants(cli):
+    result = cli("demo", "--orders", "12", "--speed", "120", "--no-live", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "outcomes" in result.stdout
+    assert "all invariants hold" in result.stdout
+    assert "FAIL" not in result.stdout

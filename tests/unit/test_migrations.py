@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from alembic.script import ScriptDirectory
+
+from dueflow.store import migrate
+from dueflow.store.db import Database
+from dueflow.store.schema import metadata
+
+
+def test_head_constant_matches_the_scripts():
+    scripts = ScriptDirectory.from_config(migrate.alembic_config())
+    assert scripts.get_current_head() == migrate.HEAD
+
+
+async def test_migrations_create_exactly_the_schema(tmp_path):
+    db = Database.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        assert not await migrate.at_head(db)
+        await migrate.upgrade(db)
+        assert await migrate.at_head(db)
+        assert await migrate.current_tables(db) == set(metadata.tables) | {"alembic_version"}
+        await migrate.upgrade(db)  # idempotent
+    finally:
+        await db.dispose()
