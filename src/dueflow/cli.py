@@ -111,8 +111,11 @@ def goods_add(
         user = await report.user_by_name(deps, seller)
         return await accounts.add_goods(deps, seller_id=user.id, title=title, price=price)
 
-    goods_id = _run(_with_deps(_settings(), go))
-    out.print(f"goods {goods_id} on sale: {title} for {price}")
+    async def added(deps: Deps) -> dict[str, Any]:
+        return await accounts.get_goods(deps, await go(deps))
+
+    item = _run(_with_deps(_settings(), added))
+    out.print(f"goods {item['id']} on sale: {item['title']} for {item['price']}")
 
 
 @orders_app.command("place")
@@ -135,6 +138,75 @@ def orders_place(
         f"order {view['id']} {view['status']}: {view['amount']} due by "
         f"{view['pay_deadline']:%Y-%m-%d %H:%M:%S} UTC"
     )
+
+
+def _act(name: str, action: Callable[[Deps, int], Awaitable[Any]]) -> None:
+    async def go(deps: Deps) -> str:
+        user = await report.user_by_name(deps, name)
+        await action(deps, user.id)
+        return "ok"
+
+    _run(_with_deps(_settings(), go))
+
+
+@orders_app.command("cancel")
+def orders_cancel(
+    order_id: int, user: str = typer.Option(..., "--as", help="Buyer or seller name.")
+) -> None:
+    """Cancel an order: the buyer before paying, the seller before shipping."""
+
+    async def cancel(deps: Deps, user_id: int) -> None:
+        order = await orders.order_view(deps, order_id)
+        if order["seller_id"] == user_id:
+            await orders.cancel_by_seller(deps, order_id=order_id, user_id=user_id)
+        else:
+            await orders.cancel_by_buyer(deps, order_id=order_id, user_id=user_id)
+
+    _act(user, cancel)
+    out.print(f"order {order_id} cancelled")
+
+
+@orders_app.command("ship")
+def orders_ship(
+    order_id: int,
+    user: str = typer.Option(..., "--as", help="The seller's name."),
+    carrier: str = typer.Option(...),
+    tracking_no: str = typer.Option(..., "--tracking-no"),
+) -> None:
+    """The seller ships an order."""
+    _act(
+        user,
+        lambda d, uid: orders.ship(
+            d, order_id=order_id, user_id=uid, carrier=carrier, tracking_no=tracking_no
+        ),
+    )
+    out.print(f"order {order_id} shipped with {carrier} {tracking_no}")
+
+
+@orders_app.command("confirm")
+def orders_confirm(
+    order_id: int, user: str = typer.Option(..., "--as", help="The buyer's name.")
+) -> None:
+    """The buyer confirms receipt."""
+    _act(user, lambda d, uid: orders.confirm_receipt(d, order_id=order_id, user_id=uid))
+    out.print(f"order {order_id} received")
+
+
+@orders_app.command("review")
+def orders_review(
+    order_id: int,
+    user: str = typer.Option(..., "--as", help="Buyer or seller name."),
+    rating: int = typer.Option(..., min=1, max=5),
+    comment: str = typer.Option(""),
+) -> None:
+    """The buyer or the seller reviews a received order."""
+    _act(
+        user,
+        lambda d, uid: orders.review(
+            d, order_id=order_id, user_id=uid, rating=rating, comment=comment
+        ),
+    )
+    out.print(f"order {order_id} reviewed by {user}")
 
 
 @orders_app.command("show")

@@ -36,7 +36,9 @@ class DbTrigger(Trigger):
         if not timers:
             return
         earliest = min(t.due_at for t in timers)
-        if self._until is not None and earliest < self._until:
+        # Not waiting yet (between reading the next due time and sleeping): leave the event set
+        # so the coming wait returns at once and the loop looks again.
+        if self._until is None or earliest < self._until:
             self._event().set()
 
     async def wait(self, clock: Clock, until: datetime) -> Sequence[int] | None:
