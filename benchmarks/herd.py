@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _seed  # noqa: E402
+import _seed
 
 DUEFLOW = Path(sys.executable).parent / "dueflow"
 
@@ -91,7 +91,9 @@ def run(orders: int, batch_size: int, lead: float, timeout: float) -> dict[str, 
         "goods_released": released,
         "cancel_events": events,
         "drain_seconds": round(drain, 3),
-        "observed_seconds": round((finished_seen - due).total_seconds(), 3) if finished_seen else None,
+        "observed_seconds": round((finished_seen - due).total_seconds(), 3)
+        if finished_seen
+        else None,
         "throughput_per_s": round(orders / drain) if drain > 0 else None,
         "lateness_p50_s": round(percentile(late, 50), 3) if late else None,
         "lateness_p99_s": round(percentile(late, 99), 3) if late else None,

@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 
 from dueflow.exceptions import ConfigError, InvalidInput
 
+# No stage lasts longer: deadlines stay far from the end of the calendar.
+MAX_DURATION = timedelta(days=3650)
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
@@ -45,6 +47,8 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
                 )
     if seconds < 0:
         raise ConfigError(f"a duration cannot be negative: {text!r}")
+    if seconds > MAX_DURATION.total_seconds():  # also refuses NaN-free overflow further down
+        raise ConfigError(f"a duration is at most {MAX_DURATION.days} days: {text!r}")
     try:
         return timedelta(seconds=seconds)
     except (OverflowError, ValueError):  # too large for a timedelta, or NaN

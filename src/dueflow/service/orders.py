@@ -205,7 +205,9 @@ async def ship(deps: Deps, *, order_id: int, user_id: int, carrier: str, trackin
 
 
 def _label(value: str, what: str) -> str:
-    value = (value or "").strip()
+    if not isinstance(value, str):
+        raise InvalidInput(f"a {what} is text")
+    value = value.strip()
     if not 1 <= len(value) <= 64 or not value.isprintable():
         raise InvalidInput(f"a {what} is 1-64 printable characters")
     return value
@@ -269,6 +271,8 @@ async def review(deps: Deps, *, order_id: int, user_id: int, rating: int, commen
     """
     if isinstance(rating, bool) or not isinstance(rating, int) or not 1 <= rating <= 5:
         raise InvalidInput("a rating is a whole number from 1 to 5")
+    if comment is not None and not isinstance(comment, str):
+        raise InvalidInput("a comment is text")
     comment = (comment or "").strip()
     if len(comment) > 500:
         raise InvalidInput("a comment is at most 500 characters")

@@ -25,9 +25,9 @@ class ScanReport:
     seconds: float = 0.0
 
 
-async def scan_once(worker: Worker) -> ScanReport:
+async def scan_once(worker: Worker, stop: asyncio.Event | None = None) -> ScanReport:
     """One pass: walk by (due_at, id) up to a cutoff fixed at the start, in batches, past
-    failures."""
+    failures. Once ``stop`` is set the pass ends after the batch in progress."""
     deps = worker.deps
     report = ScanReport()
     started = time.perf_counter()
@@ -35,7 +35,7 @@ async def scan_once(worker: Worker) -> ScanReport:
     cutoff = now - deps.scan_grace
     after = None
     failed_before = worker.stats.failed_batches
-    while True:
+    while stop is None or not stop.is_set():
         try:
             async with deps.db.write() as conn:
                 claimed, after = await timers.claim_overdue(
@@ -67,5 +67,5 @@ async def run_scanner(worker: Worker, stop: asyncio.Event) -> None:
     """Scan at start and then every scan interval until ``stop`` is set."""
     deps = worker.deps
     while not stop.is_set():
-        await scan_once(worker)
+        await scan_once(worker, stop)
         await deps.clock.sleep_until(deps.clock.now() + deps.scan_interval, stop)
