@@ -44,6 +44,7 @@ def build(
         notifier=notifier or build_notifier(settings),
         trigger=registry.from_url(settings.trigger_url),
         batch_size=settings.batch_size,
+        max_batch_size=settings.max_batch_size,
         lease=settings.lease,
         max_idle=settings.max_idle,
         scan_interval=settings.scan_interval,

@@ -8,7 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     order_types: dict[str, dict[str, str]] | None = None
 
     batch_size: int = Field(default=200, ge=1, le=10_000)
+    max_batch_size: int = Field(default=2000, ge=1, le=10_000)
     lease: Duration = timedelta(seconds=60)
     max_idle: Duration = timedelta(seconds=1)
     scan_interval: Duration = timedelta(seconds=60)
@@ -72,6 +73,12 @@ class Settings(BaseSettings):
         if value <= timedelta(0):
             raise ValueError("must be positive")
         return value
+
+    @model_validator(mode="after")
+    def _batches(self) -> Settings:
+        if self.max_batch_size < self.batch_size:
+            raise ValueError("max_batch_size must be at least batch_size")
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -437,6 +437,7 @@ async def test_a_failing_handler_puts_its_timers_back_and_the_rest_of_the_batch_
 
 async def test_run_once_respects_the_batch_size(world):
     world.deps.batch_size = 3
+    world.deps.max_batch_size = 3
     ids = []
     for _ in range(7):
         ids.append(await place(world))
@@ -453,6 +454,22 @@ async def test_run_once_respects_the_batch_size(world):
     assert sorted(r.order_id for r in world.notifier.sent) == ids
     (count,) = await fetch(world, select(func.count()).select_from(reminders))
     assert count[0] == 7
+
+
+async def test_batches_grow_under_a_backlog_and_shrink_after(world):
+    world.deps.batch_size = 2
+    world.deps.max_batch_size = 5
+    for _ in range(14):
+        await place(world)
+    world.clock.advance(timedelta(minutes=5))
+    sizes = []
+    while n := await world.worker.run_once():
+        sizes.append(n)
+    assert sizes == [2, 4, 5, 3]  # doubled while full, capped at 5, the rest
+    assert len(world.notifier.sent) == 14
+    await place(world)
+    world.clock.advance(timedelta(minutes=5))
+    assert await world.worker.run_once() == 1  # back to the normal size: a partial batch
 
 
 async def wait_for(predicate, seconds: float = 5.0) -> None:

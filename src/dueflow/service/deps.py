@@ -33,6 +33,7 @@ class Deps:
     lifecycle: Lifecycle = MARKETPLACE
     hold: Hold = field(default_factory=GoodsHold)
     batch_size: int = 200
+    max_batch_size: int = 2000
     lease: timedelta = timedelta(seconds=60)
     max_idle: timedelta = timedelta(seconds=1)
     scan_interval: timedelta = timedelta(seconds=60)

@@ -8,11 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Row, func, insert, select, update
+from sqlalchemy import Column, Row, String, func, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.store.schema import order_events, orders
+from dueflow.store.types import UTCDateTime
 
 Values = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
 
@@ -111,20 +112,33 @@ async def record_events(
     if not rows:
         return
     ids = [r if isinstance(r, int) else r.id for r in rows]
+    if len(ids) == 1:
+        await conn.execute(
+            insert(order_events).values(
+                order_id=ids[0],
+                at=now,
+                event=event,
+                actor=actor,
+                from_status=from_status.value if from_status else None,
+                to_status=to_status.value if to_status else None,
+                detail=detail,
+            )
+        )
+        return
+    # One INSERT ... SELECT for a batch: no per-row parameters to build.
+    entries = select(
+        orders.c.id,
+        literal(now, UTCDateTime),
+        literal(event, String),
+        literal(actor, String),
+        literal(from_status.value if from_status else None, String),
+        literal(to_status.value if to_status else None, String),
+        literal(detail, String),
+    ).where(orders.c.id.in_(ids))
     await conn.execute(
-        insert(order_events),
-        [
-            {
-                "order_id": order_id,
-                "at": now,
-                "event": event,
-                "actor": actor,
-                "from_status": from_status.value if from_status else None,
-                "to_status": to_status.value if to_status else None,
-                "detail": detail,
-            }
-            for order_id in ids
-        ],
+        insert(order_events).from_select(
+            ["order_id", "at", "event", "actor", "from_status", "to_status", "detail"], entries
+        )
     )
 
 

@@ -21,6 +21,7 @@ from dueflow.domain.timers import TimerKind, TimerState, backoff, is_stuck
 from dueflow.store.schema import timers
 
 SKIP_LOCKED_DIALECTS = {"postgresql", "mysql", "mariadb"}
+_KINDS = {kind.value: kind for kind in TimerKind}  # Enum(value) is slow on hot paths
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ async def _take(
         Claimed(
             id=r.id,
             order_id=r.order_id,
-            kind=TimerKind(r.kind),
+            kind=_KINDS[r.kind],
             deadline_at=r.deadline_at,
             due_at=r.due_at,
             attempts=r.attempts,

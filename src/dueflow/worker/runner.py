@@ -38,6 +38,7 @@ class Worker:
         self.handlers = handlers
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.stats = Stats()
+        self._limit: int | None = None  # the next batch's size; None: batch_size
 
     async def run_batch(self, claimed: Sequence[Claimed]) -> None:
         """Run the handlers for a claimed batch; a failing handler puts its timers back with
@@ -65,12 +66,22 @@ class Worker:
             log.exception("could not hand back %d timers; their lease will expire", len(group))
 
     async def run_once(self) -> int:
-        """Claim one batch of due timers and run it; returns how many were claimed."""
-        now = self.deps.clock.now()
-        async with self.deps.db.write() as conn:
+        """Claim one batch of due timers and run it; returns how many were claimed.
+
+        Under a backlog (the batch came back full) the next batch is twice as large, up to
+        ``max_batch_size``, so a herd of deadlines pays the per-batch costs fewer times; the
+        first partial batch brings it back to ``batch_size``.
+        """
+        deps = self.deps
+        limit = self._limit or deps.batch_size
+        async with deps.db.write() as conn:
             claimed = await timers.claim_due(
-                conn, now=now, limit=self.deps.batch_size, lease=self.deps.lease
+                conn, now=deps.clock.now(), limit=limit, lease=deps.lease
             )
+        full = len(claimed) == limit
+        self._limit = (
+            min(limit * 2, max(deps.max_batch_size, deps.batch_size)) if full else deps.batch_size
+        )
         if claimed:
             await self.run_batch(claimed)
         return len(claimed)
