@@ -51,9 +51,8 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
-    # A larger page cache and memory-mapped reads keep big timer and order tables off the disk path.
+    # A larger page cache (64 MiB, bounded) keeps big timer and order tables off the disk path.
     cursor.execute("PRAGMA cache_size=-65536")
-    cursor.execute("PRAGMA mmap_size=268435456")
     cursor.execute("PRAGMA temp_store=MEMORY")
     cursor.close()
 
