@@ -20,7 +20,7 @@ from dueflow.service import accounts, orders, payments, report
 from dueflow.service.deps import Deps
 from dueflow.store import migrate as migrations
 from dueflow.store.db import Database
-from dueflow.worker.runner import Worker
+from dueflow.worker.runner import Worker, run_feeder
 from dueflow.worker.scanner import run_scanner, scan_once
 
 T = TypeVar("T")
@@ -285,6 +285,7 @@ def worker(
         tasks = [asyncio.create_task(runner.run(stop)) for _ in range(concurrency)]
         if not no_scanner:
             tasks.append(asyncio.create_task(run_scanner(runner, stop)))
+        tasks.append(asyncio.create_task(run_feeder(runner, stop)))
         err.print(f"worker {runner.name} running ({concurrency} loops); Ctrl-C stops")
         await asyncio.gather(*tasks)
         err.print(f"worker stopped after {runner.stats.claimed} timers")

@@ -309,6 +309,31 @@ async def next_due_at(conn: AsyncConnection) -> datetime | None:
     return value
 
 
+async def scheduled_between(
+    conn: AsyncConnection,
+    *,
+    since: datetime | None,
+    until: datetime,
+    after: tuple[datetime, int] | None,
+    limit: int,
+) -> list[Armed]:
+    """Scheduled timers due in (since, until], in (due_at, id) order after ``after``."""
+    query = select(timers.c.id, timers.c.due_at).where(
+        timers.c.state == TimerState.SCHEDULED.value, timers.c.due_at <= until
+    )
+    if since is not None:
+        query = query.where(timers.c.due_at > since)
+    if after is not None:
+        query = query.where(
+            or_(
+                timers.c.due_at > after[0],
+                and_(timers.c.due_at == after[0], timers.c.id > after[1]),
+            )
+        )
+    query = query.order_by(timers.c.due_at, timers.c.id).limit(limit)
+    return [Armed(id=r.id, due_at=r.due_at) for r in (await conn.execute(query)).all()]
+
+
 async def for_order(conn: AsyncConnection, order_id: int) -> list[Any]:
     """The order's timers."""
     query = select(timers).where(timers.c.order_id == order_id).order_by(timers.c.id)

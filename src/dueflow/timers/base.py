@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from dueflow.clock import Clock
 from dueflow.store.timers import Armed
@@ -18,6 +18,12 @@ class Trigger(ABC):
     """Tells workers when timers are due."""
 
     scheme: str = ""
+    #: True when workers find due timers by querying the database themselves (the ``db``
+    #: trigger); False when the trigger hands them ids.
+    polls_database: bool = False
+    #: Only timers due within this horizon are handed to the trigger (by :meth:`armed` and by
+    #: the feeder); None when the trigger needs no feeding.
+    horizon: timedelta | None = None
 
     @abstractmethod
     async def armed(self, timers: Sequence[Armed]) -> None:
@@ -39,6 +45,15 @@ class Trigger(ABC):
     @abstractmethod
     def wake(self) -> None:
         """Make a pending :meth:`wait` return now (new work, or shutting down)."""
+
+    async def ack(self, timer_ids: Sequence[int]) -> None:  # noqa: B027 - optional hook
+        """The worker has handled (or dropped) these delivered timers: forget them."""
+
+    async def feed(self, timers: Sequence[Armed]) -> None:
+        """The feeder hands over scheduled timers that came within the horizon (and, now and
+        then, all of them again, to recover what the trigger lost). Same contract as
+        :meth:`armed`."""
+        await self.armed(timers)
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -17,6 +17,7 @@ class DbTrigger(Trigger):
     """Polls the timers table, sleeping until the next due time."""
 
     scheme = "db"
+    polls_database = True
 
     def __init__(self) -> None:
         self._wake: asyncio.Event | None = None

@@ -9,7 +9,7 @@ import socket
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from dueflow.domain.timers import TimerKind
 from dueflow.service.deps import Deps
@@ -104,28 +104,78 @@ class Worker:
         return total
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run until ``stop`` is set: drain what is due, then sleep until the next due time
-        (at most ``max_idle``) or until the trigger wakes us. A batch in progress finishes."""
+        """Run until ``stop`` is set. A batch in progress finishes.
+
+        With the ``db`` trigger: drain what is due, then sleep until the next due time (at most
+        ``max_idle``) or until woken. With a trigger that hands over ids: run what it delivers,
+        then acknowledge it; what it misses the scanner finds.
+        """
         deps = self.deps
         while not stop.is_set():
             try:
-                if await self.run_once():
-                    continue
-                async with deps.db.read() as conn:
-                    next_due = await timers.next_due_at(conn)
+                if deps.trigger.polls_database:
+                    await self._poll_once()
+                else:
+                    await self._delivered_once()
             except Exception:
                 log.exception("worker loop error; retrying shortly")
-                await asyncio.sleep(1.0)
-                continue
-            until = deps.clock.now() + deps.max_idle
-            if next_due is not None and next_due < until:
-                until = next_due
-            ids = await deps.trigger.wait(deps.clock, until)
-            if ids:
-                try:
-                    await self.deliver(ids)
-                except Exception:
-                    log.exception("delivery failed; the scanner will cover it")
+                await deps.clock.sleep_until(deps.clock.now() + deps.max_idle, stop)
+
+    async def _poll_once(self) -> None:
+        deps = self.deps
+        if await self.run_once():
+            return
+        async with deps.db.read() as conn:
+            next_due = await timers.next_due_at(conn)
+        until = deps.clock.now() + deps.max_idle
+        if next_due is not None and next_due < until:
+            until = next_due
+        await deps.trigger.wait(deps.clock, until)
+
+    async def _delivered_once(self) -> None:
+        deps = self.deps
+        ids = await deps.trigger.wait(deps.clock, deps.clock.now() + deps.max_idle)
+        if ids:
+            await self.deliver(ids)
+            await deps.trigger.ack(ids)
+
+
+async def run_feeder(worker: Worker, stop: asyncio.Event, *, full_every: int = 10) -> None:
+    """Hand the trigger the scheduled timers that come within its horizon, once a scan interval;
+    every ``full_every`` passes, all of them again (a trigger that lost its state catches up)."""
+    deps = worker.deps
+    horizon = deps.trigger.horizon
+    if horizon is None:
+        return
+    fed_until = None
+    passes = 0
+    while not stop.is_set():
+        try:
+            until = deps.clock.now() + horizon
+            since = None if passes % full_every == 0 else fed_until
+            await feed_between(worker, since, until)
+            fed_until = until
+            passes += 1
+        except Exception:
+            log.exception("feeder pass failed; the scanner covers due timers")
+        await deps.clock.sleep_until(deps.clock.now() + deps.scan_interval, stop)
+
+
+async def feed_between(worker: Worker, since: datetime | None, until: datetime) -> int:
+    """Feed the trigger every scheduled timer due in (since, until]; returns how many."""
+    deps = worker.deps
+    after: tuple[datetime, int] | None = None
+    fed = 0
+    while True:
+        async with deps.db.read() as conn:
+            page = await timers.scheduled_between(
+                conn, since=since, until=until, after=after, limit=deps.max_batch_size
+            )
+        if not page:
+            return fed
+        await deps.trigger.feed(page)
+        fed += len(page)
+        after = (page[-1].due_at, page[-1].id)
 
 
 def lease_seconds(lease: timedelta) -> float:
