@@ -14,6 +14,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 from dueflow.store.types import Money, UTCDateTime
@@ -23,10 +24,11 @@ metadata = MetaData(
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
         "uq": "uq_%(table_name)s_%(column_0_N_name)s",
         "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-        "pk": "pk_%(table_name)s",
         "ck": "ck_%(table_name)s_%(constraint_name)s",
     }
 )
+
+LIVE_TIMERS = "state IN ('scheduled', 'claimed')"
 
 # SQLite needs INTEGER PRIMARY KEY for rowid aliasing; elsewhere ids are 64-bit.
 Id = BigInteger().with_variant(Integer(), "sqlite")
@@ -102,7 +104,15 @@ timers = Table(
     Column("done_at", UTCDateTime),
     UniqueConstraint("order_id", "kind"),
     # Due scans: an equality on state, then a range on due_at, keeps an empty scan one seek.
-    Index("ix_timers_state_due", "state", "due_at", "id"),
+    # Partial (live timers only) on PostgreSQL: done timers cost the index nothing. SQLite keeps
+    # the full index: its planner cannot prove state = 'scheduled' implies state IN (...).
+    Index(
+        "ix_timers_live",
+        "state",
+        "due_at",
+        "id",
+        postgresql_where=text(LIVE_TIMERS),
+    ),
 )
 
 payments = Table(

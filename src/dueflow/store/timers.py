@@ -14,13 +14,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import and_, func, insert, literal_column, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.expression import ColumnClause
 
 from dueflow.domain.timers import TimerKind, TimerState, backoff, is_stuck
 from dueflow.store.schema import timers
 
 SKIP_LOCKED_DIALECTS = {"postgresql", "mysql", "mariadb"}
+# States compared as SQL literals, not parameters: the planner then knows a query stays inside the
+# partial index on live timers (PostgreSQL, SQLite) even as a generic prepared plan.
+SCHEDULED: ColumnClause[str] = literal_column("'scheduled'")
+CLAIMED: ColumnClause[str] = literal_column("'claimed'")
 _KINDS = {kind.value: kind for kind in TimerKind}  # Enum(value) is slow on hot paths
 
 
@@ -97,7 +102,7 @@ async def cancel_for_orders(
     """Cancel the scheduled timers of these orders (claimed ones finish and see the order moved)."""
     if not order_ids:
         return 0
-    guard = [timers.c.order_id.in_(order_ids), timers.c.state == TimerState.SCHEDULED.value]
+    guard = [timers.c.order_id.in_(order_ids), timers.c.state == SCHEDULED]
     if kinds is not None:
         guard.append(timers.c.kind.in_([k.value for k in kinds]))
     result = await conn.execute(
@@ -109,11 +114,11 @@ async def cancel_for_orders(
 
 
 def _claimable(now: datetime) -> Any:
-    return and_(timers.c.state == TimerState.SCHEDULED.value, timers.c.due_at <= now)
+    return and_(timers.c.state == SCHEDULED, timers.c.due_at <= now)
 
 
 def _lease_expired(now: datetime) -> Any:
-    return and_(timers.c.state == TimerState.CLAIMED.value, timers.c.lease_until <= now)
+    return and_(timers.c.state == CLAIMED, timers.c.lease_until <= now)
 
 
 _CLAIMED_COLUMNS = (
@@ -204,7 +209,7 @@ async def claim_overdue(
     lease has expired, in (due_at, id) order after ``after``. Returns the claims and where the
     walk stands (None once nothing is left)."""
     missed = or_(
-        and_(timers.c.state == TimerState.SCHEDULED.value, timers.c.due_at <= cutoff),
+        and_(timers.c.state == SCHEDULED, timers.c.due_at <= cutoff),
         _lease_expired(now),
     )
     query = select(timers.c.id, timers.c.due_at).where(missed)
@@ -237,7 +242,7 @@ async def finish(
             .where(
                 timers.c.id.in_(ids),
                 timers.c.claim_token == token,
-                timers.c.state == TimerState.CLAIMED.value,
+                timers.c.state == CLAIMED,
             )
             .values(
                 state=TimerState.DONE.value,
@@ -267,7 +272,7 @@ async def retry(
                 .where(
                     timers.c.id.in_(ids),
                     timers.c.claim_token == token,
-                    timers.c.state == TimerState.CLAIMED.value,
+                    timers.c.state == CLAIMED,
                 )
                 .values(
                     state=TimerState.SCHEDULED.value,
@@ -290,7 +295,7 @@ async def release_claims(conn: AsyncConnection, claimed: Sequence[Claimed]) -> i
         result = await conn.execute(
             update(timers)
             .where(timers.c.id.in_(ids), timers.c.claim_token == token)
-            .where(timers.c.state == TimerState.CLAIMED.value)
+            .where(timers.c.state == CLAIMED)
             .values(
                 state=TimerState.SCHEDULED.value,
                 attempts=timers.c.attempts - 1,
@@ -304,7 +309,7 @@ async def release_claims(conn: AsyncConnection, claimed: Sequence[Claimed]) -> i
 
 async def next_due_at(conn: AsyncConnection) -> datetime | None:
     """When the earliest scheduled timer is due."""
-    query = select(func.min(timers.c.due_at)).where(timers.c.state == TimerState.SCHEDULED.value)
+    query = select(func.min(timers.c.due_at)).where(timers.c.state == SCHEDULED)
     value: datetime | None = (await conn.execute(query)).scalar()
     return value
 
@@ -319,7 +324,7 @@ async def scheduled_between(
 ) -> list[Armed]:
     """Scheduled timers due in (since, until], in (due_at, id) order after ``after``."""
     query = select(timers.c.id, timers.c.due_at).where(
-        timers.c.state == TimerState.SCHEDULED.value, timers.c.due_at <= until
+        timers.c.state == SCHEDULED, timers.c.due_at <= until
     )
     if since is not None:
         query = query.where(timers.c.due_at > since)
@@ -379,7 +384,7 @@ async def rearm(conn: AsyncConnection, timer: Claimed, *, due_at: datetime) -> i
         .where(
             timers.c.id == timer.id,
             timers.c.claim_token == timer.token,
-            timers.c.state == TimerState.CLAIMED.value,
+            timers.c.state == CLAIMED,
         )
         .values(
             state=TimerState.SCHEDULED.value,

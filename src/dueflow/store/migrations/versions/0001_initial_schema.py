@@ -12,6 +12,8 @@ from alembic import op
 
 import dueflow.store.types
 
+LIVE_TIMERS = "state IN ('scheduled', 'claimed')"
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -32,7 +34,7 @@ def upgrade() -> None:
         sa.Column("token_hash", sa.String(length=64), nullable=False),
         sa.Column("is_admin", sa.Boolean(), nullable=False),
         sa.Column("created_at", dueflow.store.types.UTCDateTime(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_users")),
+        sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("name", name=op.f("uq_users_name")),
         sa.UniqueConstraint("token_hash", name=op.f("uq_users_token_hash")),
     )
@@ -56,7 +58,7 @@ def upgrade() -> None:
         sa.Column("created_at", dueflow.store.types.UTCDateTime(), nullable=False),
         sa.Column("updated_at", dueflow.store.types.UTCDateTime(), nullable=False),
         sa.ForeignKeyConstraint(["seller_id"], ["users.id"], name=op.f("fk_goods_seller_id_users")),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_goods")),
+        sa.PrimaryKeyConstraint("id"),
     )
     with op.batch_alter_table("goods", schema=None) as batch_op:
         batch_op.create_index(
@@ -99,7 +101,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["seller_id"], ["users.id"], name=op.f("fk_orders_seller_id_users")
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_orders")),
+        sa.PrimaryKeyConstraint("id"),
     )
     with op.batch_alter_table("orders", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_orders_buyer_id"), ["buyer_id"], unique=False)
@@ -125,7 +127,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["order_id"], ["orders.id"], name=op.f("fk_order_events_order_id_orders")
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_order_events")),
+        sa.PrimaryKeyConstraint("id"),
     )
     with op.batch_alter_table("order_events", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_order_events_order_id"), ["order_id"], unique=False)
@@ -150,7 +152,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["order_id"], ["orders.id"], name=op.f("fk_payments_order_id_orders")
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_payments")),
+        sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("pay_no", name=op.f("uq_payments_pay_no")),
     )
     with op.batch_alter_table("payments", schema=None) as batch_op:
@@ -172,7 +174,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["order_id"], ["orders.id"], name=op.f("fk_reminders_order_id_orders")
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_reminders")),
+        sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("order_id", "kind", name=op.f("uq_reminders_order_id_kind")),
     )
     op.create_table(
@@ -198,7 +200,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["order_id"], ["orders.id"], name=op.f("fk_reviews_order_id_orders")
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_reviews")),
+        sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("order_id", "role", name=op.f("uq_reviews_order_id_role")),
     )
     op.create_table(
@@ -225,11 +227,16 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["order_id"], ["orders.id"], name=op.f("fk_timers_order_id_orders")
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_timers")),
+        sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("order_id", "kind", name=op.f("uq_timers_order_id_kind")),
     )
     with op.batch_alter_table("timers", schema=None) as batch_op:
-        batch_op.create_index("ix_timers_state_due", ["state", "due_at", "id"], unique=False)
+        batch_op.create_index(
+            "ix_timers_live",
+            ["state", "due_at", "id"],
+            unique=False,
+            postgresql_where=sa.text(LIVE_TIMERS),
+        )
 
     op.create_table(
         "discrepancies",
@@ -252,7 +259,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["payment_id"], ["payments.id"], name=op.f("fk_discrepancies_payment_id_payments")
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_discrepancies")),
+        sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("payment_id", "kind", name=op.f("uq_discrepancies_payment_id_kind")),
     )
     with op.batch_alter_table("discrepancies", schema=None) as batch_op:
@@ -284,7 +291,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["payment_id"], ["payments.id"], name=op.f("fk_refunds_payment_id_payments")
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_refunds")),
+        sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("payment_id", name=op.f("uq_refunds_payment_id")),
         sa.UniqueConstraint("refund_no", name=op.f("uq_refunds_refund_no")),
     )
@@ -307,7 +314,7 @@ def downgrade() -> None:
 
     op.drop_table("discrepancies")
     with op.batch_alter_table("timers", schema=None) as batch_op:
-        batch_op.drop_index("ix_timers_state_due")
+        batch_op.drop_index("ix_timers_live")
 
     op.drop_table("timers")
     op.drop_table("reviews")
