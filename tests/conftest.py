@@ -97,3 +97,89 @@ async def world(settings: Settings) -> AsyncIterator[World]:
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+# --- real services -------------------------------------------------------------------------
+
+SERVICE_URLS = {
+    "sqlite": None,
+    "postgres": os.environ.get(
+        "DUEFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+    ),
+    "mysql": os.environ.get("DUEFLOW_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
+}
+
+
+def require_service(name: str, host: str, port: int) -> None:
+    """Skip when a service is unreachable here; fail under CI, where it must answer."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return
+    except OSError as exc:
+        message = f"{name} at {host}:{port} is unreachable: {exc}"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+_RESET_DONE: set[str] = set()
+
+
+async def _reset_server_database(db: Database) -> None:
+    """Once per session: drop everything and migrate; then per test: empty every table."""
+    from sqlalchemy import text
+
+    from dueflow.store.schema import metadata
+
+    if db.dialect not in _RESET_DONE:
+        async with db.engine.begin() as conn:
+            await conn.run_sync(metadata.drop_all)
+            await conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+        await migrate.upgrade(db)
+        _RESET_DONE.add(db.dialect)
+    names = [t.name for t in reversed(metadata.sorted_tables)]
+    async with db.engine.begin() as conn:
+        if db.dialect == "postgresql":
+            await conn.execute(text(f"TRUNCATE {', '.join(names)} RESTART IDENTITY CASCADE"))
+        else:
+            await conn.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
+            for name in names:
+                await conn.execute(text(f"TRUNCATE TABLE {name}"))
+            await conn.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite"),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
+def backend_url(request: pytest.FixtureRequest, db_path: Path) -> str:
+    """A database URL per backend, empty and migrated: SQLite file, PostgreSQL, MariaDB."""
+    name = request.param
+    if name == "sqlite":
+        return f"sqlite:///{db_path}"
+    url = SERVICE_URLS[name]
+    assert url is not None
+    require_service(name, "127.0.0.1", 5432 if name == "postgres" else 3306)
+    return url
+
+
+@pytest.fixture
+async def backend_world(backend_url: str) -> AsyncIterator[World]:
+    """The ``world`` of the unit tests, on each backend in turn."""
+    clock = FakeClock(START)
+    notifier = RecordingNotifier()
+    settings = load_settings(database_url=backend_url, profile="prod")
+    async with bootstrap.running(
+        settings, clock=clock, notifier=notifier, migrate_sqlite=False
+    ) as deps:
+        if deps.db.dialect != "sqlite":
+            await _reset_server_database(deps.db)
+        seller, _ = await accounts.add_user(deps, "seller")
+        buyer, _ = await accounts.add_user(deps, "buyer")
+        other, _ = await accounts.add_user(deps, "other")
+        yield World(deps, clock, notifier, Worker(deps), seller.id, buyer.id, other.id)
