@@ -1,0 +1,193 @@
+"""Seeding and polling on any backend, for the benchmarks (SQLite, PostgreSQL, MariaDB)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import func, select, text, update
+
+import _seed
+from dueflow.store import migrate
+from dueflow.store.db import Database, async_url
+from dueflow.store.schema import goods, metadata, order_events, orders, timers
+
+
+async def fresh(url: str) -> Database:
+    """A migrated, empty database at ``url``."""
+    db = Database.from_url(url)
+    if db.dialect != "sqlite":
+        async with db.engine.begin() as conn:
+            await conn.run_sync(metadata.drop_all)
+            await conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+    await migrate.upgrade(db)
+    return db
+
+
+async def seed_unpaid(db: Database, url: str, path: Any, count: int, due: datetime) -> None:
+    """``count`` unpaid orders holding their own goods, with cancel_unpaid timers at ``due``."""
+    if db.dialect == "sqlite":
+        _seed.seed_unpaid(path, count, due)
+        return
+    now = datetime.now(UTC).replace(tzinfo=None)
+    due_naive = due.astimezone(UTC).replace(tzinfo=None)
+    users_rows = [(1, "seller", "h1", False, now), (2, "buyer", "h2", False, now)]
+    goods_rows = [
+        (i, 1, "item", Decimal("12.50"), "on_sale", i, now, now) for i in range(1, count + 1)
+    ]
+    order_rows = [
+        (
+            i,
+            "marketplace",
+            "normal",
+            2,
+            1,
+            i,
+            Decimal("12.50"),
+            "pending_payment",
+            now,
+            due_naive,
+            now,
+        )
+        for i in range(1, count + 1)
+    ]
+    timer_rows = [
+        (i, i, "cancel_unpaid", due_naive, due_naive, "scheduled", 0, False, now)
+        for i in range(1, count + 1)
+    ]
+    if db.dialect == "postgresql":
+        import asyncpg
+
+        conn = await asyncpg.connect(async_url(url).replace("postgresql+asyncpg", "postgresql"))
+        try:
+            await conn.copy_records_to_table(
+                "users",
+                records=users_rows,
+                columns=["id", "name", "token_hash", "is_admin", "created_at"],
+            )
+            await conn.copy_records_to_table(
+                "goods",
+                records=goods_rows,
+                columns=[
+                    "id",
+                    "seller_id",
+                    "title",
+                    "price",
+                    "status",
+                    "reserved_order_id",
+                    "created_at",
+                    "updated_at",
+                ],
+            )
+            await conn.copy_records_to_table(
+                "orders",
+                records=order_rows,
+                columns=[
+                    "id",
+                    "profile",
+                    "order_type",
+                    "buyer_id",
+                    "seller_id",
+                    "goods_id",
+                    "amount",
+                    "status",
+                    "created_at",
+                    "pay_deadline",
+                    "updated_at",
+                ],
+            )
+            await conn.copy_records_to_table(
+                "timers",
+                records=timer_rows,
+                columns=[
+                    "id",
+                    "order_id",
+                    "kind",
+                    "deadline_at",
+                    "due_at",
+                    "state",
+                    "attempts",
+                    "stuck",
+                    "created_at",
+                ],
+            )
+            for table in ("users", "goods", "orders", "timers"):
+                await conn.execute(
+                    f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))"
+                )
+            await conn.execute("ANALYZE")
+        finally:
+            await conn.close()
+        return
+    async with db.engine.begin() as conn:
+        raw = await conn.get_raw_connection()
+        cursor = raw.driver_connection.cursor()
+        await cursor.executemany(
+            "INSERT INTO users (id, name, token_hash, is_admin, created_at) VALUES (%s,%s,%s,%s,%s)",
+            users_rows,
+        )
+        for start in range(0, count, 20_000):
+            await cursor.executemany(
+                "INSERT INTO goods (id, seller_id, title, price, status, reserved_order_id, created_at, updated_at)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                goods_rows[start : start + 20_000],
+            )
+            await cursor.executemany(
+                "INSERT INTO orders (id, profile, order_type, buyer_id, seller_id, goods_id, amount, status,"
+                " created_at, pay_deadline, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                order_rows[start : start + 20_000],
+            )
+            await cursor.executemany(
+                "INSERT INTO timers (id, order_id, kind, deadline_at, due_at, state, attempts, stuck, created_at)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                timer_rows[start : start + 20_000],
+            )
+
+
+async def set_due(db: Database, due: datetime) -> None:
+    """Move every pay deadline and timer to ``due``."""
+    async with db.engine.begin() as conn:
+        await conn.execute(update(orders).values(pay_deadline=due))
+        await conn.execute(update(timers).values(due_at=due, deadline_at=due))
+
+
+async def cancelled(db: Database) -> int:
+    async with db.engine.connect() as conn:
+        query = (
+            select(func.count()).select_from(orders).where(orders.c.status == "cancelled_unpaid")
+        )
+        return int((await conn.execute(query)).scalar_one())
+
+
+async def outcome(db: Database) -> dict[str, Any]:
+    """Lateness per done timer, goods released, cancel events."""
+    async with db.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(timers.c.deadline_at, timers.c.done_at).where(timers.c.state == "done")
+            )
+        ).all()
+        released = (
+            await conn.execute(
+                select(func.count())
+                .select_from(goods)
+                .where(goods.c.reserved_order_id.is_(None), goods.c.status == "on_sale")
+            )
+        ).scalar_one()
+        events = (
+            await conn.execute(
+                select(func.count())
+                .select_from(order_events)
+                .where(order_events.c.event == "pay_timeout")
+            )
+        ).scalar_one()
+    late = sorted((done - deadline).total_seconds() for deadline, done in rows)
+    last = max((done for _, done in rows), default=None)
+    return {
+        "late": late,
+        "last": last,
+        "released": int(released),
+        "events": int(events),
+        "done": len(rows),
+    }
