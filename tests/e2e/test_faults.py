@@ -1,0 +1,227 @@
+"""Faults against real services and real worker processes: every deadline is still met within
+the scan interval, and nothing is done twice.
+
+These run workers as subprocesses on the real clock, with a short lease and scan interval; the
+test waits (bounded) for the processes, never for a deadline of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, insert, select, text
+
+from dueflow.store.db import Database
+from dueflow.store.schema import goods, order_events, orders, timers, users
+from tests.conftest import SERVICE_URLS, _reset_server_database, require_service
+
+DUEFLOW = Path(sys.executable).parent / "dueflow"
+PG = SERVICE_URLS["postgres"]
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+@pytest.fixture
+async def pg() -> Database:
+    require_service("postgres", "127.0.0.1", 5432)
+    db = Database.from_url(PG)
+    await _reset_server_database(db)
+    yield db
+    await db.dispose()
+
+
+async def seed_due(db: Database, count: int, start: int = 1) -> list[int]:
+    """``count`` unpaid orders, each holding its goods, whose pay deadline has just passed."""
+    now = datetime.now(UTC)
+    due = now - timedelta(milliseconds=1)
+    ids = list(range(start, start + count))
+    async with db.write() as conn:
+        if start == 1:
+            await conn.execute(
+                insert(users),
+                [
+                    {"id": 1, "name": "s", "token_hash": "a", "is_admin": False, "created_at": now},
+                    {"id": 2, "name": "b", "token_hash": "b", "is_admin": False, "created_at": now},
+                ],
+            )
+        await conn.execute(
+            insert(goods),
+            [
+                {
+                    "id": i,
+                    "seller_id": 1,
+                    "title": "g",
+                    "price": Decimal("1.00"),
+                    "status": "on_sale",
+                    "reserved_order_id": i,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+                for i in ids
+            ],
+        )
+        await conn.execute(
+            insert(orders),
+            [
+                {
+                    "id": i,
+                    "profile": "marketplace",
+                    "order_type": "normal",
+                    "buyer_id": 2,
+                    "seller_id": 1,
+                    "goods_id": i,
+                    "amount": Decimal("1.00"),
+                    "status": "pending_payment",
+                    "created_at": now,
+                    "pay_deadline": due,
+                    "updated_at": now,
+                }
+                for i in ids
+            ],
+        )
+        await conn.execute(
+            insert(timers),
+            [
+                {
+                    "order_id": i,
+                    "kind": "cancel_unpaid",
+                    "deadline_at": due,
+                    "due_at": due,
+                    "state": "scheduled",
+                    "attempts": 0,
+                    "stuck": False,
+                    "created_at": now,
+                }
+                for i in ids
+            ],
+        )
+        for table in ("users", "goods", "orders"):
+            await conn.execute(
+                text(
+                    f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))"
+                )
+            )
+    return ids
+
+
+def start_worker(log: Path, extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
+    env.update(
+        {
+            "DUEFLOW_DATABASE_URL": PG,
+            "DUEFLOW_BATCH_SIZE": "50",
+            "DUEFLOW_MAX_BATCH_SIZE": "50",
+            "DUEFLOW_LEASE": "2s",
+            "DUEFLOW_SCAN_INTERVAL": "1s",
+            "DUEFLOW_SCAN_GRACE": "0s",
+            **(extra or {}),
+        }
+    )
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            [str(DUEFLOW), "worker", "-v"], env=env, stdout=sink, stderr=subprocess.STDOUT
+        )
+
+
+async def scalar(db: Database, query) -> int:
+    async with db.read() as conn:
+        return int((await conn.execute(query)).scalar_one())
+
+
+async def wait_until(predicate, seconds: float) -> bool:
+    limit = time.monotonic() + seconds
+    while time.monotonic() < limit:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def all_cancelled_once(db: Database, count: int) -> None:
+    cancelled = (
+        select(func.count()).select_from(orders).where(orders.c.status == "cancelled_unpaid")
+    )
+    assert await scalar(db, cancelled) == count
+    events = (
+        select(func.count()).select_from(order_events).where(order_events.c.event == "pay_timeout")
+    )
+    assert await scalar(db, events) == count
+    per_order = select(func.count()).select_from(
+        select(order_events.c.order_id)
+        .where(order_events.c.event == "pay_timeout")
+        .group_by(order_events.c.order_id)
+        .having(func.count() > 1)
+        .subquery()
+    )
+    assert await scalar(db, per_order) == 0
+    held = select(func.count()).select_from(goods).where(goods.c.reserved_order_id.is_not(None))
+    assert await scalar(db, held) == 0
+    live = select(func.count()).select_from(timers).where(timers.c.state != "done")
+    assert await scalar(db, live) == 0
+
+
+async def test_sigkill_one_of_three_workers_mid_batch(pg, tmp_path):
+    count = 3000
+    await seed_due(pg, count)
+    workers = [start_worker(tmp_path / f"worker{n}.log") for n in range(3)]
+    try:
+        done = select(func.count()).select_from(timers).where(timers.c.state == "done")
+        claimed = select(func.count()).select_from(timers).where(timers.c.state == "claimed")
+
+        async def midway() -> bool:
+            return 0 < await scalar(pg, done) < count and await scalar(pg, claimed) > 0
+
+        assert await wait_until(midway, 30), "the workers never got going"
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait(timeout=10)
+
+        async def finished() -> bool:
+            return await scalar(pg, done) == count
+
+        assert await wait_until(finished, 60), "timers left undone after the kill"
+    finally:
+        for w in workers[1:]:
+            w.terminate()
+        for w in workers[1:]:
+            assert w.wait(timeout=20) == 0
+    await all_cancelled_once(pg, count)
+
+
+async def test_dropped_database_connections_are_survived(pg, tmp_path):
+    await seed_due(pg, 100)
+    worker = start_worker(tmp_path / "worker.log")
+    try:
+        done = select(func.count()).select_from(timers).where(timers.c.state == "done")
+
+        async def first_done() -> bool:
+            return await scalar(pg, done) == 100
+
+        assert await wait_until(first_done, 30)
+        async with pg.engine.connect() as conn:
+            await conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND application_name NOT LIKE 'pgbench%'"
+                )
+            )
+        await pg.engine.dispose()  # our own pooled connections were dropped too
+        await seed_due(pg, 100, start=101)
+
+        async def second_done() -> bool:
+            return await scalar(pg, done) == 200
+
+        assert await wait_until(second_done, 30), (tmp_path / "worker.log").read_text()[-3000:]
+    finally:
+        worker.terminate()
+        assert worker.wait(timeout=20) == 0
+    await all_cancelled_once(pg, 200)
