@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dueflow.clock import Clock, SystemClock
 from dueflow.config import Settings
 from dueflow.exceptions import ConfigError
+from dueflow.locks import Locks, NoLocks, RedisLocks
 from dueflow.notifiers.base import Notifier
 from dueflow.notifiers.log import LogNotifier
 from dueflow.notifiers.webhook import WebhookNotifier
@@ -32,17 +33,31 @@ def build_notifier(settings: Settings) -> Notifier:
     return LogNotifier()
 
 
+def build_locks(settings: Settings) -> Locks:
+    """Redis locks when the trigger is Redis (or DUEFLOW_LOCKS_URL says where); otherwise the
+    database's conditional updates and row locks decide alone."""
+    url = settings.locks_url or (
+        settings.trigger_url if settings.trigger_url.startswith(("redis://", "rediss://")) else None
+    )
+    if url is None:
+        return NoLocks()
+    return RedisLocks.from_url(url.split("?", 1)[0])
+
+
 def build(
     settings: Settings, *, clock: Clock | None = None, notifier: Notifier | None = None
 ) -> Deps:
     """Wire every adapter from ``settings``."""
+    clock = clock or SystemClock()
     return Deps(
         db=Database.from_url(settings.database_url),
-        clock=clock or SystemClock(),
+        clock=clock,
         policy=settings.deadline_policy(),
         providers=Providers([ManualProvider()]),
         notifier=notifier or build_notifier(settings),
-        trigger=registry.from_url(settings.trigger_url),
+        trigger=registry.from_url(settings.trigger_url, clock=clock),
+        locks=build_locks(settings),
+        lock_ttl=settings.lock_ttl,
         batch_size=settings.batch_size,
         max_batch_size=settings.max_batch_size,
         lease=settings.lease,
@@ -70,4 +85,5 @@ async def running(
     finally:
         await deps.trigger.close()
         await deps.notifier.close()
+        await deps.locks.close()
         await deps.db.dispose()

@@ -45,6 +45,8 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///./dueflow.db"
     trigger_url: str = "db"
+    locks_url: str | None = None
+    lock_ttl: Duration = timedelta(seconds=10)
     profile: Literal["dev", "prod"] = "prod"
 
     reminder_after: OptionalDuration = None

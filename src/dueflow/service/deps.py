@@ -10,6 +10,7 @@ from datetime import timedelta
 from dueflow.clock import Clock
 from dueflow.domain.deadlines import DeadlinePolicy
 from dueflow.domain.lifecycle import MARKETPLACE, Lifecycle
+from dueflow.locks import Locks, NoLocks
 from dueflow.notifiers.base import Notifier
 from dueflow.payments.base import Providers
 from dueflow.store.db import Database
@@ -32,6 +33,8 @@ class Deps:
     trigger: Trigger
     lifecycle: Lifecycle = MARKETPLACE
     hold: Hold = field(default_factory=GoodsHold)
+    locks: Locks = field(default_factory=NoLocks)
+    lock_ttl: timedelta = timedelta(seconds=10)
     batch_size: int = 200
     max_batch_size: int = 2000
     lease: timedelta = timedelta(seconds=60)

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow import locks
 from dueflow.domain.deadlines import DEFAULT_ORDER_TYPE
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.timers import TimerKind
@@ -45,6 +46,16 @@ async def place_order(
     """
     policy = deps.policy
     policy.durations(order_type)
+    async with locks.held(deps.locks, f"goods:{goods_id}", deps.lock_ttl):
+        order_id, armed = await _place(deps, buyer_id, goods_id, order_type)
+    await deps.arm(armed)
+    return order_id
+
+
+async def _place(
+    deps: Deps, buyer_id: int, goods_id: int, order_type: str
+) -> tuple[int, list[timers.Armed]]:
+    policy = deps.policy
     now = deps.clock.now()
     async with deps.db.write() as conn:
         item = await goods.get(conn, goods_id)
@@ -87,8 +98,7 @@ async def place_order(
             to_status=S.PENDING_PAYMENT,
             detail=f"goods {goods_id} for {item.price}",
         )
-    await deps.arm(armed)
-    return order_id
+    return order_id, armed
 
 
 def _goods_state(item: Row[Any]) -> str:
@@ -127,6 +137,11 @@ async def cancel_by_buyer(deps: Deps, *, order_id: int, user_id: int) -> None:
     async with deps.db.read() as conn:
         order = await _own_order(conn, order_id, user_id, "buyer", lock=False)
     deps.lifecycle.next_status(OrderStatus(order.status), E.BUYER_CANCEL)
+    async with locks.held(deps.locks, f"order:{order_id}", deps.lock_ttl):
+        await _cancel_unpaid_by_buyer(deps, order_id, user_id)
+
+
+async def _cancel_unpaid_by_buyer(deps: Deps, order_id: int, user_id: int) -> None:
     now = deps.clock.now()
     attempts = await payment_service.open_attempts(deps, [order_id], now)
     outcome = (await payment_service.close_attempts(deps, attempts, now)).get(order_id)

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow import locks
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.money import parse_yuan
 from dueflow.domain.timers import TimerKind
@@ -51,12 +52,16 @@ async def confirm_payment(deps: Deps, payment: VerifiedPayment, *, actor: str) -
         NotFound: no attempt has this pay_no.
         PaymentMismatch: the amount differs from the attempt's.
     """
-    now = deps.clock.now()
-    async with deps.db.write() as conn:
-        attempt = await payments.by_pay_no(conn, payment.pay_no, for_update=True)
-        if attempt is None:
-            raise NotFound(f"no payment attempt {payment.pay_no}")
-        outcome, armed = await apply_payment(conn, deps, attempt, payment, now=now, actor=actor)
+    async with deps.db.read() as conn:
+        known = await payments.by_pay_no(conn, payment.pay_no)
+    if known is None:
+        raise NotFound(f"no payment attempt {payment.pay_no}")
+    async with locks.held(deps.locks, f"order:{known.order_id}", deps.lock_ttl):
+        now = deps.clock.now()
+        async with deps.db.write() as conn:
+            attempt = await payments.by_pay_no(conn, payment.pay_no, for_update=True)
+            assert attempt is not None  # attempts are never deleted
+            outcome, armed = await apply_payment(conn, deps, attempt, payment, now=now, actor=actor)
     await deps.arm(armed)
     return outcome
 
@@ -153,6 +158,15 @@ async def record_manual_payment(
         PaymentMismatch: the amount is not the order's amount (nothing is recorded).
     """
     value = parse_yuan(amount)
+    async with locks.held(deps.locks, f"order:{order_id}", deps.lock_ttl):
+        pay_no, outcome, armed = await _record_manual(deps, order_id, value, reference)
+    await deps.arm(armed)
+    return pay_no, outcome
+
+
+async def _record_manual(
+    deps: Deps, order_id: int, value: Decimal, reference: str | None
+) -> tuple[str, PaymentOutcome, list[timers.Armed]]:
     now = deps.clock.now()
     async with deps.db.write() as conn:
         order = await orders.get(conn, order_id, for_update=True)
@@ -176,8 +190,7 @@ async def record_manual_payment(
         outcome, armed = await apply_payment(
             conn, deps, attempt, payment, now=now, actor="operator"
         )
-    await deps.arm(armed)
-    return pay_no, outcome
+    return pay_no, outcome, armed
 
 
 def attempt_of(row: Row[Any]) -> Attempt:

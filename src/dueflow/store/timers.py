@@ -314,6 +314,16 @@ async def next_due_at(conn: AsyncConnection) -> datetime | None:
     return value
 
 
+async def scheduled_among(conn: AsyncConnection, ids: Sequence[int]) -> list[Armed]:
+    """Those of ``ids`` that are scheduled, with their due times."""
+    if not ids:
+        return []
+    query = select(timers.c.id, timers.c.due_at).where(
+        timers.c.id.in_(ids), timers.c.state == SCHEDULED
+    )
+    return [Armed(id=r.id, due_at=r.due_at) for r in (await conn.execute(query)).all()]
+
+
 async def scheduled_between(
     conn: AsyncConnection,
     *,

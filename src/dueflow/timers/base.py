@@ -25,6 +25,12 @@ class Trigger(ABC):
     #: the feeder); None when the trigger needs no feeding.
     horizon: timedelta | None = None
 
+    @classmethod
+    @abstractmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> Trigger:
+        """A trigger configured by ``url``; ``clock`` tells it the time (the system clock if
+        None)."""
+
     @abstractmethod
     async def armed(self, timers: Sequence[Armed]) -> None:
         """Learn about timers that were just committed as scheduled.

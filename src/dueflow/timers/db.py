@@ -24,7 +24,7 @@ class DbTrigger(Trigger):
         self._until: datetime | None = None
 
     @classmethod
-    def from_url(cls, url: str) -> DbTrigger:
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> DbTrigger:
         """``db`` takes no options."""
         return cls()
 

@@ -56,6 +56,19 @@ class Worker:
                 self.stats.failed_batches += 1
                 log.exception("%s handler failed for %d timers", kind.value, len(group))
                 await self._give_back(group, f"{type(exc).__name__}: {exc}")
+        if not self.deps.trigger.polls_database:
+            await self._rearm_retried(claimed)
+
+    async def _rearm_retried(self, claimed: Sequence[Claimed]) -> None:
+        """Timers of the batch that went back to scheduled (backoff, re-armed) are handed to the
+        trigger again, so a retry fires on time rather than at the next scan."""
+        try:
+            async with self.deps.db.read() as conn:
+                again = await timers.scheduled_among(conn, [t.id for t in claimed])
+        except Exception:
+            log.exception("could not read retried timers; the scanner covers them")
+            return
+        await self.deps.arm(again)
 
     async def _give_back(self, group: Sequence[Claimed], error: str) -> None:
         try:
