@@ -225,3 +225,84 @@ async def test_dropped_database_connections_are_survived(pg, tmp_path):
         worker.terminate()
         assert worker.wait(timeout=20) == 0
     await all_cancelled_once(pg, 200)
+
+
+REDIS_URL = "redis://127.0.0.1:6379/15"
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+
+
+async def lose_midway(pg: Database, count: int, lose) -> None:
+    done = select(func.count()).select_from(timers).where(timers.c.state == "done")
+
+    async def midway() -> bool:
+        return 0 < await scalar(pg, done) < count
+
+    assert await wait_until(midway, 30), "the workers never got going"
+    await lose()
+
+    async def finished() -> bool:
+        return await scalar(pg, done) == count
+
+    assert await wait_until(finished, 60), "timers left undone after the trigger lost them"
+
+
+@pytest.mark.redis
+async def test_redis_flushed_in_the_middle_of_a_herd(pg, tmp_path):
+    import redis.asyncio as aioredis
+
+    require_service("redis", "127.0.0.1", 6379)
+    prefix = f"fault-{os.getpid()}"
+    count = 2000
+    await seed_due(pg, count)
+    trigger = {"DUEFLOW_TRIGGER_URL": f"{REDIS_URL}?prefix={prefix}"}
+    workers = [start_worker(tmp_path / f"w{n}.log", trigger) for n in range(2)]
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        await lose_midway(pg, count, client.flushdb)
+    finally:
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            assert w.wait(timeout=20) == 0
+        await client.flushdb()
+        await client.aclose()
+    await all_cancelled_once(pg, count)
+
+
+@pytest.mark.rabbitmq
+async def test_rabbitmq_queues_purged_in_the_middle_of_a_herd(pg, tmp_path):
+    import aio_pika
+
+    from dueflow.timers.rabbitmq import RabbitTrigger
+
+    require_service("rabbitmq", "127.0.0.1", 5672)
+    prefix = f"fault-{os.getpid()}"
+    names = RabbitTrigger(prefix=prefix).queue_names
+    count = 2000
+    await seed_due(pg, count)
+    trigger = {"DUEFLOW_TRIGGER_URL": f"{AMQP_URL}?prefix={prefix}"}
+    workers = [start_worker(tmp_path / f"w{n}.log", trigger) for n in range(2)]
+    connection = await aio_pika.connect(AMQP_URL)
+    try:
+
+        async def purge() -> None:
+            for name in names:
+                channel = await connection.channel()
+                try:
+                    queue = await channel.get_queue(name, ensure=True)
+                    await queue.purge()
+                    await channel.close()
+                except aio_pika.exceptions.ChannelNotFoundEntity:
+                    continue  # a level queue this run never declared
+
+        await lose_midway(pg, count, purge)
+    finally:
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            assert w.wait(timeout=20) == 0
+        channel = await connection.channel()
+        for name in names:
+            await channel.queue_delete(name)
+        await connection.close()
+    await all_cancelled_once(pg, count)
