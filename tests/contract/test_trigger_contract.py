@@ -10,19 +10,20 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
 
 from dueflow import bootstrap
-from dueflow.clock import SystemClock
+from dueflow.clock import FakeClock, SystemClock
 from dueflow.config import load_settings
 from dueflow.service import accounts, orders
 from dueflow.service.deps import Deps
 from dueflow.store import schema
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import scan_once
-from tests.conftest import require_service
+from tests.conftest import START, require_service
 
 REDIS = os.environ.get("DUEFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 AMQP = os.environ.get("DUEFLOW_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -49,6 +50,18 @@ def trigger_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 async def live(db_path, trigger_url) -> AsyncIterator[tuple[Deps, int, int]]:
     """Wired deps on the real clock with a 1 s pay timeout, a seller and a buyer."""
+    async for wired in _wired(db_path, trigger_url, SystemClock()):
+        yield wired
+
+
+@pytest.fixture
+async def faked(db_path, trigger_url) -> AsyncIterator[tuple[Deps, int, int]]:
+    """The same on a FakeClock that the test moves."""
+    async for wired in _wired(db_path, trigger_url, FakeClock(START)):
+        yield wired
+
+
+async def _wired(db_path, trigger_url, clock) -> AsyncIterator[tuple[Deps, int, int]]:
     settings = load_settings(
         database_url=f"sqlite:///{db_path}",
         trigger_url=trigger_url,
@@ -56,7 +69,7 @@ async def live(db_path, trigger_url) -> AsyncIterator[tuple[Deps, int, int]]:
         reminder_after="0s",
         scan_grace="0s",
     )
-    async with bootstrap.running(settings, clock=SystemClock(), migrate_sqlite=False) as deps:
+    async with bootstrap.running(settings, clock=clock, migrate_sqlite=False) as deps:
         seller, _ = await accounts.add_user(deps, "seller")
         buyer, _ = await accounts.add_user(deps, "buyer")
         yield deps, seller.id, buyer.id
@@ -136,12 +149,12 @@ async def test_a_deadline_is_met_within_about_a_second(live):
     assert 0 <= late < 1.0, f"{deps.trigger.scheme}: {late:.3f} s late"
 
 
-async def test_a_repeated_delivery_has_one_effect(live):
-    deps, seller, buyer = live
+async def test_a_repeated_delivery_has_one_effect(faked):
+    deps, seller, buyer = faked
     goods_id = await accounts.add_goods(deps, seller_id=seller, title="lamp", price="3")
     order_id = await orders.place_order(deps, buyer_id=buyer, goods_id=goods_id)
     timer = await timer_row(deps, order_id)
-    await asyncio.sleep(1.05)  # the 1 s pay deadline passes
+    deps.clock.advance(timedelta(seconds=1))  # the 1 s pay deadline passes
     worker = Worker(deps)
     claimed = await asyncio.gather(*(worker.deliver([timer.id]) for _ in range(5)))
     assert sorted(claimed) == [0, 0, 0, 0, 1]
@@ -156,12 +169,12 @@ async def test_a_repeated_delivery_has_one_effect(live):
         assert list(events).count("pay_timeout") == 1
 
 
-async def test_a_trigger_that_lost_everything_costs_lateness_not_the_deadline(live):
-    deps, seller, buyer = live
+async def test_a_trigger_that_lost_everything_costs_lateness_not_the_deadline(faked):
+    deps, seller, buyer = faked
     goods_id = await accounts.add_goods(deps, seller_id=seller, title="lamp", price="3")
     order_id = await orders.place_order(deps, buyer_id=buyer, goods_id=goods_id)
     await _lose(deps)  # nothing to lose for db
-    await asyncio.sleep(1.05)
+    deps.clock.advance(timedelta(seconds=1))
     report = await scan_once(Worker(deps))
     assert report.claimed >= 1
     assert (await order_row(deps, order_id)).status == "cancelled_unpaid"
