@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint fmt bench clean
+.PHONY: run test lint fmt bench bench-matrix clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,10 @@ fmt: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/herd.py
 	$(BIN)/python benchmarks/empty_scan.py
+
+bench-matrix: $(STAMP)
+	benchmarks/matrix.sh
+	$(BIN)/python benchmarks/redis_memory.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dueflow.db*

@@ -17,6 +17,11 @@ The tree::
     ├── ProviderError                a payment provider failed
     │   └── ProviderUnavailable      its answer is unknown (timeout, system error): try again
     └── NotificationRejected         a provider notification failed verification
+        ├── BadSignature             the signature does not verify (or is a probe)
+        ├── StaleTimestamp           the signed timestamp is outside the 5-minute window
+        ├── MalformedNotification    a field is missing or unreadable
+        ├── AmountMismatch           the amount differs from what the payment owes
+        └── WrongMerchant            it names another app, merchant or seller
 
 Each class docstring is its default message.
 """
@@ -120,3 +125,33 @@ class NotificationRejected(DueflowError):
     """The notification failed verification."""
 
     code = "notification_rejected"
+
+
+class BadSignature(NotificationRejected):
+    """The signature does not verify."""
+
+    code = "bad_signature"
+
+
+class StaleTimestamp(NotificationRejected):
+    """The signed timestamp is more than 5 minutes away from now."""
+
+    code = "stale_timestamp"
+
+
+class MalformedNotification(NotificationRejected):
+    """The notification is malformed: a field is missing or unreadable."""
+
+    code = "malformed_notification"
+
+
+class AmountMismatch(NotificationRejected):
+    """The notified amount differs from the payment's amount."""
+
+    code = "amount_mismatch"
+
+
+class WrongMerchant(NotificationRejected):
+    """The notification is for another app, merchant or seller."""
+
+    code = "wrong_merchant"

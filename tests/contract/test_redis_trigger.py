@@ -114,7 +114,7 @@ async def test_from_url_reads_options_and_the_registry_knows_redis(prefix: str) 
         timedelta(hours=1),
         "dueflow",
         timedelta(seconds=60),
-        200,
+        1000,
     )
     for bad in ("horizon=3x", "lease=0s", "batch=none", "batch=0", "prefix="):
         with pytest.raises(ConfigError):

@@ -127,8 +127,9 @@ def seed_expired_orders(settings: Settings, count: int) -> datetime:
 
 @contextmanager
 def reader(db_path: Path) -> Iterator[Callable[[str], Any]]:
-    """A plain read-only SQLite connection for polling while the worker writes (WAL)."""
-    with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)) as conn:
+    """A plain SQLite connection that only reads (each query its own snapshot), for polling
+    while the worker writes."""
+    with closing(sqlite3.connect(db_path, timeout=10)) as conn:
 
         def count(sql: str) -> Any:
             return conn.execute(sql).fetchone()[0]

@@ -95,6 +95,8 @@ OTHER_USER = st.one_of(st.none(), st.integers(0, USERS - 1))  # None: the rightf
 
 
 class RecordingNotifier(Notifier):
+    """Keeps every reminder it is asked to send."""
+
     def __init__(self) -> None:
         self.sent: list[Reminder] = []
 
@@ -450,7 +452,8 @@ class OrderLife(RuleBasedStateMachine):
         try:
             value = self.run(coro)
         except Exception as exc:
-            assert expected is not None and type(exc) is expected, f"{exc!r}, want {expected}"
+            if expected is None or type(exc) is not expected:
+                raise AssertionError(f"raised {exc!r}, want {expected}") from exc
             return None
         assert expected is None, f"succeeded, want {expected.__name__}"
         return value

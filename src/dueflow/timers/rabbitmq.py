@@ -92,6 +92,8 @@ RETRY_AFTER = 1.0
 #: How long ``wait`` pauses after trouble before returning nothing (the scanner covers).
 ERROR_PAUSE = timedelta(milliseconds=500)
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+#: Publishes awaiting their confirms at once; a feed of thousands goes in chunks of this many.
+PUBLISH_CHUNK = 500
 _OUR_OPTIONS = ("prefix", "horizon", "connect_timeout", "redeliver_after", "prefetch", "batch")
 _ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_EXCEPTIONS, TimeoutError)
 _TROUBLE: tuple[type[BaseException], ...] = (*_ERRORS, BackendUnavailable)
@@ -161,8 +163,8 @@ class RabbitTrigger(Trigger):
         horizon: timedelta = DEFAULT_HORIZON,
         connect_timeout: float = 5.0,
         publish_timeout: float = 5.0,
-        prefetch: int = 500,
-        batch: int = 500,
+        prefetch: int = 2000,
+        batch: int = 1000,
         redeliver_after: timedelta = timedelta(seconds=60),
         clock: Clock | None = None,
     ) -> None:
@@ -337,10 +339,15 @@ class RabbitTrigger(Trigger):
         todo = [t for t in timers if t.due_at <= limit]
         if not todo:
             return
-        results = await asyncio.gather(
-            *(self._publish(channel, t, self._queue_for(t, now)) for t in todo),
-            return_exceptions=True,
-        )
+        results: list[object] = []
+        for start in range(0, len(todo), PUBLISH_CHUNK):  # bounded confirms in flight
+            results += await asyncio.gather(
+                *(
+                    self._publish(channel, t, self._queue_for(t, now))
+                    for t in todo[start : start + PUBLISH_CHUNK]
+                ),
+                return_exceptions=True,
+            )
         failures = [r for r in results if isinstance(r, BaseException)]
         if not failures:
             return

@@ -23,7 +23,7 @@ rest as they come within it. Redis is never the truth: losing every key costs la
 scanner fires what is overdue), never a deadline, and every delivery is claimed again in the
 database, which drops timers that are done, cancelled or not yet due.
 
-URL: ``redis://host:6379/0?horizon=1h&prefix=dueflow&lease=60s&batch=200``; the four options
+URL: ``redis://host:6379/0?horizon=1h&prefix=dueflow&lease=60s&batch=1000``; the four options
 are taken out, everything else is passed to :meth:`redis.asyncio.Redis.from_url` (keep any
 ``socket_timeout`` above ``max_idle``: the trigger blocks in BLPOP for up to that long).
 """
@@ -131,7 +131,7 @@ class RedisTrigger(Trigger):
         prefix: str = "dueflow",
         horizon: timedelta = timedelta(hours=1),
         lease: timedelta = timedelta(seconds=60),
-        batch: int = 200,
+        batch: int = 1000,
         clock: Clock | None = None,
     ) -> None:
         if horizon <= timedelta(0) or lease <= timedelta(0):
@@ -163,7 +163,7 @@ class RedisTrigger(Trigger):
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> RedisTrigger:
-        """``redis://host:port/db?horizon=1h&prefix=dueflow&lease=60s&batch=200``.
+        """``redis://host:port/db?horizon=1h&prefix=dueflow&lease=60s&batch=1000``.
 
         Raises:
             ConfigError: a malformed option.

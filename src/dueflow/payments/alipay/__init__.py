@@ -1,0 +1,1 @@
+"""Alipay: RSA2 signing and verification of notifications, requests and responses."""

@@ -1,0 +1,1 @@
+"""WeChat Pay v3: request signing, notification and response verification, resource encryption."""
