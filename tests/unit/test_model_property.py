@@ -32,6 +32,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -711,6 +712,7 @@ class OrderLife(RuleBasedStateMachine):
         assert db_snapshot(self.shadow_engine) == drained.snapshot()
 
 
+@pytest.mark.slow
 def test_random_interleavings_keep_every_promise(migrated_template: Path, tmp_path: Path) -> None:
     OrderLife.template = migrated_template
     OrderLife.workdir = tmp_path
