@@ -12,11 +12,12 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from dueflow import bootstrap, render
 from dueflow.config import Settings, load_settings
 from dueflow.exceptions import ConfigError, DomainError, DueflowError
-from dueflow.service import accounts, orders, payments, report
+from dueflow.service import accounts, orders, payments, refunds, report
 from dueflow.service.deps import Deps
 from dueflow.store import migrate as migrations
 from dueflow.store.db import Database
@@ -30,10 +31,12 @@ users_app = typer.Typer(no_args_is_help=True, help="Manage users.")
 goods_app = typer.Typer(no_args_is_help=True, help="Put goods on sale.")
 orders_app = typer.Typer(no_args_is_help=True, help="Place and inspect orders.")
 payments_app = typer.Typer(no_args_is_help=True, help="Record payments.")
+refunds_app = typer.Typer(no_args_is_help=True, help="Review, approve and retry refunds.")
 app.add_typer(users_app, name="users")
 app.add_typer(goods_app, name="goods")
 app.add_typer(orders_app, name="orders")
 app.add_typer(payments_app, name="payments")
+app.add_typer(refunds_app, name="refunds")
 
 out = Console()
 err = Console(stderr=True)
@@ -238,6 +241,41 @@ def payments_record(
         )
         raise typer.Exit(1)
     out.print(f"payment {pay_no} recorded: order {order_id} {outcome.value}")
+
+
+@refunds_app.command("list")
+def refunds_list(
+    state: str | None = typer.Option(None, help="Only refunds in this state."),
+) -> None:
+    """Refunds, newest first."""
+    rows = _run(_with_deps(_settings(), lambda d: refunds.list_refunds(d, state=state)))
+    table = Table("id", "refund no", "order", "provider", "amount", "reason", "state", "error")
+    for r in rows:
+        table.add_row(
+            str(r["id"]),
+            r["refund_no"],
+            str(r["order_id"]),
+            r["provider"],
+            str(r["amount"]),
+            r["reason"],
+            r["state"],
+            r["last_error"] or "",
+        )
+    out.print(table)
+
+
+@refunds_app.command("approve")
+def refunds_approve(refund_id: int) -> None:
+    """Approve a refund in review: it goes to the provider."""
+    state = _run(_with_deps(_settings(), lambda d: refunds.approve(d, refund_id)))
+    out.print(f"refund {refund_id} {state}")
+
+
+@refunds_app.command("retry")
+def refunds_retry(refund_id: int) -> None:
+    """Retry a failed refund with the same refund number."""
+    state = _run(_with_deps(_settings(), lambda d: refunds.retry(d, refund_id)))
+    out.print(f"refund {refund_id} {state}")
 
 
 @app.command()

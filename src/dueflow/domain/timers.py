@@ -14,6 +14,7 @@ class TimerKind(StrEnum):
     CANCEL_UNSHIPPED = "cancel_unshipped"
     CONFIRM_RECEIPT = "confirm_receipt"
     AUTO_REVIEW = "auto_review"
+    REFUND_CHECK = "refund_check"
 
 
 class TimerState(StrEnum):

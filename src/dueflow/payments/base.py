@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 
-from dueflow.exceptions import InvalidInput
+from dueflow.exceptions import InvalidInput, NotAllowed, NotificationRejected
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,94 @@ class CloseOutcome:
         return cls(CloseResult.UNKNOWN, reason=reason)
 
 
+@dataclass(frozen=True)
+class PayStart:
+    """Where the buyer pays: a page or QR-code URL (Alipay) or a code URL (WeChat Pay)."""
+
+    pay_url: str
+
+
+class NotificationEvent(StrEnum):
+    """What a verified notification reports."""
+
+    PAID = "paid"
+    CLOSED = "closed"
+    REFUND = "refund"
+    OTHER = "other"
+
+
+class RefundResult(StrEnum):
+    """Where a refund stands at the provider."""
+
+    SUCCEEDED = "succeeded"
+    PROCESSING = "processing"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class RefundOutcome:
+    """A provider's answer about a refund."""
+
+    result: RefundResult
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RefundRequest:
+    """A refund as a provider needs it; ``refund_no`` is fixed and reused on every retry."""
+
+    refund_no: str
+    pay_no: str
+    amount: Decimal
+    total: Decimal
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProviderNotification:
+    """A notification whose signature (and decryption) checked out."""
+
+    event: NotificationEvent
+    pay_no: str
+    amount: Decimal | None = None
+    provider_trade_no: str | None = None
+    refund_no: str | None = None
+    refund: RefundOutcome | None = None
+    state: str = ""
+
+
 class PaymentProvider(ABC):
     """One payment provider."""
 
     name: str = ""
+
+    async def start(self, attempt: Attempt, *, subject: str) -> PayStart:
+        """Create the trade at the provider, expiring at ``attempt.expires_at``.
+
+        Raises:
+            ProviderUnavailable: the provider did not answer clearly.
+        """
+        raise NotAllowed(f"{self.name} payments cannot be started by the buyer")
+
+    def verify_notification(
+        self, body: bytes, headers: Mapping[str, str], now: datetime
+    ) -> ProviderNotification:
+        """Verify a raw notification and say what it reports.
+
+        Raises:
+            NotificationRejected: bad signature, stale, malformed, another merchant's.
+        """
+        raise NotificationRejected(f"{self.name} sends no notifications")
+
+    async def refund(self, request: RefundRequest) -> RefundOutcome:
+        """Ask for the refund (idempotent by ``refund_no``); never raises for the provider's
+        own trouble: that is :attr:`RefundResult.UNKNOWN`."""
+        return RefundOutcome(RefundResult.UNKNOWN, f"{self.name} cannot refund")
+
+    async def refund_status(self, request: RefundRequest) -> RefundOutcome:
+        """Where the refund stands now (same contract as :meth:`refund`)."""
+        return await self.refund(request)
 
     @abstractmethod
     async def close_or_query(self, attempt: Attempt, now: datetime) -> CloseOutcome:

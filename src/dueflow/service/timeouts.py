@@ -20,7 +20,7 @@ from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.timers import TimerKind
 from dueflow.notifiers.base import Reminder
 from dueflow.payments.base import CloseResult
-from dueflow.service import lifecycle
+from dueflow.service import lifecycle, refunds
 from dueflow.service import payments as payment_service
 from dueflow.service.deps import Deps
 from dueflow.store import aftersale, orders, timers
@@ -257,4 +257,5 @@ HANDLERS: Mapping[TimerKind, Handler] = {
     TimerKind.CANCEL_UNSHIPPED: cancel_unshipped,
     TimerKind.CONFIRM_RECEIPT: confirm_receipt,
     TimerKind.AUTO_REVIEW: auto_review,
+    TimerKind.REFUND_CHECK: refunds.check_refunds,
 }

@@ -18,6 +18,9 @@ PAID = "paid"
 CLOSED = "closed"
 
 REFUND_PENDING_REVIEW = "pending_review"
+REFUND_PROCESSING = "processing"
+REFUND_SUCCEEDED = "succeeded"
+REFUND_FAILED = "failed"
 
 
 async def insert_attempt(
@@ -164,3 +167,49 @@ async def count_refunds_by_state(conn: AsyncConnection) -> dict[str, int]:
     """How many refunds are in each state."""
     query = select(refunds.c.state, func.count()).group_by(refunds.c.state)
     return {state: count for state, count in (await conn.execute(query)).all()}
+
+
+async def refund_by_id(
+    conn: AsyncConnection, refund_id: int, *, for_update: bool = False
+) -> Row[Any] | None:
+    """The refund with this id, with its attempt's pay_no and total."""
+    query = (
+        select(refunds, payments.c.pay_no, payments.c.amount.label("total"))
+        .join(payments, payments.c.id == refunds.c.payment_id)
+        .where(refunds.c.id == refund_id)
+    )
+    if for_update:
+        query = query.with_for_update()
+    return (await conn.execute(query)).first()
+
+
+async def refunds_in(
+    conn: AsyncConnection, *, state: str | None = None, order_ids: Sequence[int] | None = None
+) -> list[Row[Any]]:
+    """Refunds (with pay_no and total), newest first, filtered by state and orders."""
+    query = select(refunds, payments.c.pay_no, payments.c.amount.label("total")).join(
+        payments, payments.c.id == refunds.c.payment_id
+    )
+    if state is not None:
+        query = query.where(refunds.c.state == state)
+    if order_ids is not None:
+        query = query.where(refunds.c.order_id.in_(order_ids))
+    return list((await conn.execute(query.order_by(refunds.c.id.desc()))).all())
+
+
+async def move_refund(
+    conn: AsyncConnection,
+    refund_id: int,
+    *,
+    expected: str,
+    to: str,
+    now: datetime,
+    error: str | None = None,
+) -> bool:
+    """One conditional update of a refund's state; False when it was not ``expected``."""
+    result = await conn.execute(
+        update(refunds)
+        .where(refunds.c.id == refund_id, refunds.c.state == expected)
+        .values(state=to, updated_at=now, last_error=error)
+    )
+    return result.rowcount == 1

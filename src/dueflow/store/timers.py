@@ -405,3 +405,40 @@ async def rearm(conn: AsyncConnection, timer: Claimed, *, due_at: datetime) -> i
         )
     )
     return int(result.rowcount)
+
+
+async def schedule_again(
+    conn: AsyncConnection, order_id: int, kind: TimerKind, due_at: datetime, now: datetime
+) -> list[Armed]:
+    """Make sure the order's ``kind`` timer is scheduled: a finished one is scheduled again at
+    ``due_at``, a missing one is created, a live one is left as it is."""
+    result = await conn.execute(
+        update(timers)
+        .where(
+            timers.c.order_id == order_id,
+            timers.c.kind == kind.value,
+            timers.c.state.in_([TimerState.DONE.value, TimerState.CANCELLED.value]),
+        )
+        .values(
+            state=TimerState.SCHEDULED.value,
+            due_at=due_at,
+            deadline_at=due_at,
+            attempts=0,
+            stuck=False,
+            claim_token=None,
+            lease_until=None,
+            outcome=None,
+            last_error=None,
+            done_at=None,
+        )
+    )
+    if result.rowcount:
+        return [Armed(id=r.id, due_at=due_at) for r in await _of_kind(conn, order_id, kind)]
+    if await _of_kind(conn, order_id, kind):
+        return []
+    return await schedule(conn, [NewTimer(order_id, kind, due_at)], now)
+
+
+async def _of_kind(conn: AsyncConnection, order_id: int, kind: TimerKind) -> list[Any]:
+    query = select(timers.c.id).where(timers.c.order_id == order_id, timers.c.kind == kind.value)
+    return list((await conn.execute(query)).all())

@@ -1,0 +1,160 @@
+"""Refunds: one per paid attempt, with a fixed refund number reused on every retry.
+
+pending_review -> (operator approves) processing -> succeeded | failed; failed -> (operator
+retries) processing. While a refund is processing, a ``refund_check`` timer asks the provider
+until it is final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Row
+
+from dueflow.domain.timers import TimerKind
+from dueflow.exceptions import InvalidInput, InvalidTransition, NotFound
+from dueflow.payments.base import RefundOutcome, RefundRequest, RefundResult
+from dueflow.service.deps import Deps
+from dueflow.store import orders, payments, timers
+from dueflow.store.payments import (
+    REFUND_FAILED,
+    REFUND_PENDING_REVIEW,
+    REFUND_PROCESSING,
+    REFUND_SUCCEEDED,
+)
+from dueflow.store.timers import Claimed
+
+log = logging.getLogger(__name__)
+STATES = (REFUND_PENDING_REVIEW, REFUND_PROCESSING, REFUND_SUCCEEDED, REFUND_FAILED)
+#: The first look after a refund was submitted (Alipay asks for at least 10 s).
+FIRST_CHECK = timedelta(seconds=10)
+
+
+async def list_refunds(deps: Deps, *, state: str | None = None) -> list[dict[str, Any]]:
+    """Refunds, newest first, optionally in one state."""
+    if state is not None and state not in STATES:
+        raise InvalidInput(f"unknown refund state {state!r}; known: {', '.join(STATES)}")
+    async with deps.db.read() as conn:
+        return [dict(r._mapping) for r in await payments.refunds_in(conn, state=state)]
+
+
+async def approve(deps: Deps, refund_id: int, *, actor: str = "operator") -> str:
+    """An operator approves a refund in review: it is submitted to the provider. Returns the
+    refund's state afterwards."""
+    return await _submit(deps, refund_id, expected=REFUND_PENDING_REVIEW, actor=actor)
+
+
+async def retry(deps: Deps, refund_id: int, *, actor: str = "operator") -> str:
+    """An operator retries a failed refund with the same refund number."""
+    return await _submit(deps, refund_id, expected=REFUND_FAILED, actor=actor)
+
+
+async def _submit(deps: Deps, refund_id: int, *, expected: str, actor: str) -> str:
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        row = await payments.refund_by_id(conn, refund_id, for_update=True)
+        if row is None:
+            raise NotFound(f"no refund {refund_id}")
+        if not await payments.move_refund(
+            conn, refund_id, expected=expected, to=REFUND_PROCESSING, now=now
+        ):
+            raise InvalidTransition(
+                f"refund {refund_id} is {row.state}, not {expected}", status=row.state
+            )
+        await orders.record_events(
+            conn,
+            [row.order_id],
+            event="refund_submitted",
+            actor=actor,
+            now=now,
+            detail=f"{row.refund_no} {row.amount}",
+        )
+    outcome = await _ask(deps, row, first=True)
+    return await _apply(deps, row, outcome)
+
+
+def request_of(row: Row[Any]) -> RefundRequest:
+    """A stored refund as the provider port takes it."""
+    return RefundRequest(
+        refund_no=row.refund_no,
+        pay_no=row.pay_no,
+        amount=row.amount,
+        total=row.total,
+        reason=row.reason,
+    )
+
+
+async def _ask(deps: Deps, row: Row[Any], *, first: bool) -> RefundOutcome:
+    try:
+        provider = deps.providers.get(row.provider)
+        request = request_of(row)
+        return await (provider.refund(request) if first else provider.refund_status(request))
+    except Exception as exc:  # the provider's trouble is never a final answer
+        log.exception("refund %s: provider call failed", row.refund_no)
+        return RefundOutcome(RefundResult.UNKNOWN, f"{type(exc).__name__}: {exc}")
+
+
+async def _apply(deps: Deps, row: Row[Any], outcome: RefundOutcome) -> str:
+    """Record a provider's answer; while not final, make sure a refund_check timer follows."""
+    now = deps.clock.now()
+    final = {RefundResult.SUCCEEDED: REFUND_SUCCEEDED, RefundResult.FAILED: REFUND_FAILED}
+    armed: list[timers.Armed] = []
+    async with deps.db.write() as conn:
+        if outcome.result in final:
+            to = final[outcome.result]
+            await payments.move_refund(
+                conn,
+                row.id,
+                expected=REFUND_PROCESSING,
+                to=to,
+                now=now,
+                error=outcome.reason or None if to == REFUND_FAILED else None,
+            )
+            await orders.record_events(
+                conn,
+                [row.order_id],
+                event=f"refund_{to}",
+                actor=row.provider,
+                now=now,
+                detail=f"{row.refund_no} {outcome.reason}".strip(),
+            )
+            state = to
+        else:
+            armed = await timers.schedule_again(
+                conn, row.order_id, TimerKind.REFUND_CHECK, now + FIRST_CHECK, now
+            )
+            state = REFUND_PROCESSING
+    await deps.arm(armed)
+    return state
+
+
+async def check_refunds(deps: Deps, batch: Sequence[Claimed]) -> None:
+    """The refund_check timer: ask the provider about every processing refund of the batch's
+    orders; finish the timer once none is left processing, otherwise retry with backoff."""
+    async with deps.db.read() as conn:
+        rows = await payments.refunds_in(
+            conn, state=REFUND_PROCESSING, order_ids=[t.order_id for t in batch]
+        )
+    answers = await asyncio.gather(*(_ask(deps, row, first=False) for row in rows))
+    pending: dict[int, str] = {}
+    for row, outcome in zip(rows, answers, strict=True):
+        if await _apply(deps, row, outcome) == REFUND_PROCESSING:
+            pending[row.order_id] = outcome.reason or outcome.result.value
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        for token in {t.token for t in batch}:
+            settled = {
+                t.id: "refunds final"
+                for t in batch
+                if t.token == token and t.order_id not in pending
+            }
+            if settled:
+                await timers.finish(conn, settled, token=token, now=now)
+        waiting = [t for t in batch if t.order_id in pending]
+        if waiting:
+            reasons = "; ".join(sorted(set(pending.values())))[:500]
+            await timers.retry(conn, waiting, error=f"refund still processing: {reasons}", now=now)
