@@ -111,7 +111,7 @@ def goods_add(
     """Put goods on sale for a seller."""
 
     async def go(deps: Deps) -> int:
-        user = await report.user_by_name(deps, seller)
+        user = await accounts.get_user(deps, seller)
         return await accounts.add_goods(deps, seller_id=user.id, title=title, price=price)
 
     async def added(deps: Deps) -> dict[str, Any]:
@@ -130,7 +130,7 @@ def orders_place(
     """Place an order holding the goods."""
 
     async def go(deps: Deps) -> dict[str, Any]:
-        user = await report.user_by_name(deps, buyer)
+        user = await accounts.get_user(deps, buyer)
         order_id = await orders.place_order(
             deps, buyer_id=user.id, goods_id=goods_id, order_type=order_type
         )
@@ -145,7 +145,7 @@ def orders_place(
 
 def _act(name: str, action: Callable[[Deps, int], Awaitable[Any]]) -> None:
     async def go(deps: Deps) -> str:
-        user = await report.user_by_name(deps, name)
+        user = await accounts.get_user(deps, name)
         await action(deps, user.id)
         return "ok"
 

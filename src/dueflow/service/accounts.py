@@ -61,12 +61,15 @@ async def authenticate(deps: Deps, token: str) -> User | None:
     return User(row.id, row.name, row.is_admin) if row else None
 
 
-async def get_user(deps: Deps, user_id: int) -> User:
-    """The user with this id."""
+async def get_user(deps: Deps, user_id: int | str) -> User:
+    """The user with this id, or with this name when given a string."""
     async with deps.db.read() as conn:
-        row = await users.by_id(conn, user_id)
+        if isinstance(user_id, str):
+            row = await users.by_name(conn, user_id)
+        else:
+            row = await users.by_id(conn, user_id)
     if row is None:
-        raise NotFound(f"no user {user_id}")
+        raise NotFound(f"no user {user_id!r}" if isinstance(user_id, str) else f"no user {user_id}")
     return User(row.id, row.name, row.is_admin)
 
 

@@ -9,10 +9,8 @@ from sqlalchemy import and_, func, select
 
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.domain.timers import TimerState
-from dueflow.exceptions import NotFound
-from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
-from dueflow.store import orders, payments, timers, users
+from dueflow.store import orders, payments, timers
 from dueflow.store.schema import goods, reminders, reviews
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import timers as t_timers
@@ -45,15 +43,6 @@ class Invariants:
     def ok(self) -> bool:
         """Every invariant holds."""
         return not any(vars(self).values())
-
-
-async def user_by_name(deps: Deps, name: str) -> User:
-    """The user called ``name``."""
-    async with deps.db.read() as conn:
-        row = await users.by_name(conn, name)
-    if row is None:
-        raise NotFound(f"no user {name!r}")
-    return User(row.id, row.name, row.is_admin)
 
 
 async def snapshot(deps: Deps) -> Snapshot:

@@ -196,6 +196,18 @@ async def claim_ids(
     return await _take(conn, sorted(set(ids)), _claimable(now), now, lease)
 
 
+def _walk(query: Any, after: tuple[datetime, int] | None, limit: int) -> Any:
+    """The next page of a walk in (due_at, id) order, after the cursor ``after``."""
+    if after is not None:
+        query = query.where(
+            or_(
+                timers.c.due_at > after[0],
+                and_(timers.c.due_at == after[0], timers.c.id > after[1]),
+            )
+        )
+    return query.order_by(timers.c.due_at, timers.c.id).limit(limit)
+
+
 async def claim_overdue(
     conn: AsyncConnection,
     *,
@@ -212,15 +224,7 @@ async def claim_overdue(
         and_(timers.c.state == SCHEDULED, timers.c.due_at <= cutoff),
         _lease_expired(now),
     )
-    query = select(timers.c.id, timers.c.due_at).where(missed)
-    if after is not None:
-        query = query.where(
-            or_(
-                timers.c.due_at > after[0],
-                and_(timers.c.due_at == after[0], timers.c.id > after[1]),
-            )
-        )
-    query = query.order_by(timers.c.due_at, timers.c.id).limit(limit)
+    query = _walk(select(timers.c.id, timers.c.due_at).where(missed), after, limit)
     rows = list((await conn.execute(_locking(conn, query))).all())
     if not rows:
         return [], None
@@ -338,14 +342,7 @@ async def scheduled_between(
     )
     if since is not None:
         query = query.where(timers.c.due_at > since)
-    if after is not None:
-        query = query.where(
-            or_(
-                timers.c.due_at > after[0],
-                and_(timers.c.due_at == after[0], timers.c.id > after[1]),
-            )
-        )
-    query = query.order_by(timers.c.due_at, timers.c.id).limit(limit)
+    query = _walk(query, after, limit)
     return [Armed(id=r.id, due_at=r.due_at) for r in (await conn.execute(query)).all()]
 
 
