@@ -115,3 +115,36 @@ def test_demo_runs_and_checks_its_invariants(cli):
     assert "outcomes" in result.stdout
     assert "all invariants hold" in result.stdout
     assert "FAIL" not in result.stdout
+
+
+def test_simulator_serves_its_keys_and_an_alipay_gateway(cli, tmp_path):
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
+    with (tmp_path / "sim.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [str(DUEFLOW), "simulator", "--port", str(port)], env=env, stdout=log, stderr=log
+        )
+    try:
+        keys = None
+        limit = time.monotonic() + 30
+        while keys is None and time.monotonic() < limit:
+            try:
+                keys = httpx.get(f"http://127.0.0.1:{port}/control/keys", timeout=1).json()
+            except httpx.HTTPError:
+                time.sleep(0.1)  # waiting for the process to listen, not for a deadline
+        assert keys is not None, (tmp_path / "sim.log").read_text()
+        assert keys["alipay_app_id"].startswith("2021")
+        assert keys["wechatpay_public_key_id"].startswith("PUB_KEY_ID_")
+        unsigned = httpx.get(f"http://127.0.0.1:{port}/alipay/gateway.do", timeout=5)
+        assert unsigned.status_code == 200
+        assert "error_response" in unsigned.text  # the gateway refuses an unsigned call
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) in (0, -15)
