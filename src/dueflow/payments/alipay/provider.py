@@ -1,0 +1,338 @@
+"""The Alipay client: precreate (QR code), close-or-query, notifications and refunds.
+
+Every OpenAPI call is a form POST of the common parameters and ``biz_content``, signed RSA2 with
+the app private key (``sign_type`` signed). Every answer is verified over its raw text with the
+Alipay public key before anything in it is believed; an answer that fails is provider trouble,
+never a fact.
+
+Close-or-query (``payment-protocols.md`` §2):
+
+* close ``10000``: closed, unpaid.
+* ``ACQ.TRADE_STATUS_ERROR``: the trade is no longer waiting, so query it: ``TRADE_SUCCESS`` or
+  ``TRADE_FINISHED`` is paid, ``TRADE_CLOSED`` is closed, anything else unknown.
+* ``ACQ.TRADE_NOT_EXIST``: a QR trade exists only once scanned, so "not found" proves nothing
+  until the code has expired: closed only from ``expires_at + clock_skew`` on, unknown before.
+* anything else (``ACQ.SYSTEM_ERROR``, other codes, HTTP trouble, a bad signature): unknown.
+
+Refunds: ``fund_change=Y`` succeeded, ``N`` processing (a repeated ``out_request_no``), a
+definite business ``sub_code`` failed, anything else unknown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import parse_qsl
+
+import httpx
+
+from dueflow.exceptions import (
+    MalformedNotification,
+    NotificationRejected,
+    ProviderUnavailable,
+    WrongMerchant,
+)
+from dueflow.payments import money_wire
+from dueflow.payments.alipay import signing
+from dueflow.payments.base import (
+    Attempt,
+    CloseOutcome,
+    NotificationEvent,
+    PaymentProvider,
+    PayStart,
+    ProviderNotification,
+    RefundOutcome,
+    RefundRequest,
+    RefundResult,
+    VerifiedPayment,
+)
+
+__all__ = ["BEIJING", "DEFINITE_REFUND_FAILURES", "MAX_NOTIFICATION_BYTES", "AlipayProvider"]
+
+BEIJING = timezone(timedelta(hours=8), "CST")
+"""Alipay's timestamps and ``time_expire`` are Beijing time."""
+MAX_NOTIFICATION_BYTES = 64 * 1024
+SUCCESS_CODE = "10000"
+PAID_STATUSES = frozenset({"TRADE_SUCCESS", "TRADE_FINISHED"})
+DEFINITE_REFUND_FAILURES = frozenset(
+    {
+        "ACQ.TRADE_HAS_FINISHED",
+        "ACQ.REFUND_AMT_NOT_EQUAL_TOTAL",
+        "ACQ.SELLER_BALANCE_NOT_ENOUGH",
+        "ACQ.REASON_TRADE_REFUND_FEE_ERR",
+        "ACQ.TRADE_NOT_EXIST",
+    }
+)
+_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+class _CallFailed(Exception):
+    """No trustworthy answer: transport trouble, a non-200 status or a bad signature."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class AlipayProvider(PaymentProvider):
+    """Alipay through its OpenAPI gateway (real, sandbox or the simulator)."""
+
+    name = "alipay"
+
+    def __init__(
+        self,
+        *,
+        gateway_url: str,
+        app_id: str,
+        seller_id: str,
+        app_private_key: str,
+        alipay_public_key: str,
+        notify_url: str,
+        client: httpx.AsyncClient | None = None,
+        timeout: float = 10.0,
+        clock_skew: timedelta = timedelta(minutes=2),
+    ) -> None:
+        """Configure the client; nothing touches the network here.
+
+        Args:
+            gateway_url: The full gateway URL, e.g. ``https://openapi.alipay.com/gateway.do``.
+            app_id: Our app id; notifications naming another are refused.
+            seller_id: Our seller (partner) id, ``2088...``; likewise checked on notifications.
+            app_private_key: The app private key (PEM or bare base64) requests are signed with.
+            alipay_public_key: The Alipay public key answers and notifications are verified with.
+            notify_url: Where Alipay sends notifications for the trades we create.
+            client: An HTTP client to use (not closed by :meth:`aclose`); None: our own.
+            timeout: Seconds per call before giving up (the answer is then unknown).
+            clock_skew: How far Alipay's clock may be ahead of ours; a trade that was never
+                found counts as closed only this long after it expired.
+        """
+        self._gateway_url = gateway_url
+        self._app_id = app_id
+        self._seller_id = seller_id
+        self._private_key = signing.load_private_key(app_private_key)
+        self._public_key = signing.load_public_key(alipay_public_key)
+        self._notify_url = notify_url
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient()
+        self._timeout = timeout
+        self._clock_skew = clock_skew
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if we made it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    # --- the port --------------------------------------------------------------------------
+
+    async def start(self, attempt: Attempt, *, subject: str) -> PayStart:
+        """``alipay.trade.precreate``: the QR code URL for the attempt.
+
+        Raises:
+            ProviderUnavailable: Anything but a verified ``10000`` with a ``qr_code``.
+        """
+        biz = {
+            "out_trade_no": attempt.pay_no,
+            "total_amount": money_wire.alipay_amount(attempt.amount),
+            "subject": subject,
+            "time_expire": _beijing(attempt.expires_at),
+        }
+        method = "alipay.trade.precreate"
+        try:
+            content = await self._call(method, biz, notify=True)
+        except _CallFailed as exc:
+            raise ProviderUnavailable(f"alipay precreate {attempt.pay_no}: {exc.reason}") from None
+        qr_code = content.get("qr_code")
+        if content.get("code") != SUCCESS_CODE or not isinstance(qr_code, str) or not qr_code:
+            raise ProviderUnavailable(f"alipay precreate {attempt.pay_no}: {_describe(content)}")
+        return PayStart(qr_code)
+
+    async def close_or_query(self, attempt: Attempt, now: datetime) -> CloseOutcome:
+        """Close the trade, or find out it was paid; unknown whenever in doubt. Never raises."""
+        try:
+            return await self._close_or_query(attempt, now)
+        except _CallFailed as exc:
+            return CloseOutcome.unknown(exc.reason)
+        except Exception as exc:  # the contract: never raise for the provider's trouble
+            return CloseOutcome.unknown(f"unexpected {type(exc).__name__}: {exc}")
+
+    def verify_notification(
+        self, body: bytes, headers: Mapping[str, str], now: datetime
+    ) -> ProviderNotification:
+        """Verify an async notification (form body) and say what it reports.
+
+        Raises:
+            MalformedNotification: Too big, not UTF-8 form data, a field missing or unreadable.
+            BadSignature: The RSA2 signature does not verify with the Alipay public key.
+            WrongMerchant: It names another app or seller.
+        """
+        params = _parse_form(body)
+        signing.verify(params, self._public_key)
+        app_id, seller_id = params.get("app_id", ""), params.get("seller_id", "")
+        if not app_id or not seller_id:
+            raise MalformedNotification("the notification names no app_id or seller_id")
+        if app_id != self._app_id:
+            raise WrongMerchant(f"the notification is for app {app_id}")
+        if seller_id != self._seller_id:
+            raise WrongMerchant(f"the notification is for seller {seller_id}")
+        pay_no = params.get("out_trade_no", "")
+        if not pay_no:
+            raise MalformedNotification("the notification has no out_trade_no")
+        amount = money_wire.parse_alipay_amount(params.get("total_amount"))
+        status = params.get("trade_status", "")
+        trade_no = params.get("trade_no") or None
+        refund_no = params.get("out_biz_no") or None
+        if refund_no is not None or params.get("refund_fee"):
+            # A refund: TRADE_CLOSED once fully refunded, TRADE_SUCCESS after a partial one.
+            return ProviderNotification(
+                NotificationEvent.REFUND,
+                pay_no,
+                amount=amount,
+                provider_trade_no=trade_no,
+                refund_no=refund_no,
+                refund=RefundOutcome(RefundResult.SUCCEEDED, params.get("refund_fee", "")),
+                state=status,
+            )
+        if status in PAID_STATUSES:
+            event = NotificationEvent.PAID
+        elif status == "TRADE_CLOSED":
+            event = NotificationEvent.CLOSED
+        else:
+            event = NotificationEvent.OTHER
+        return ProviderNotification(
+            event, pay_no, amount=amount, provider_trade_no=trade_no, state=status
+        )
+
+    async def refund(self, request: RefundRequest) -> RefundOutcome:
+        """``alipay.trade.refund``, idempotent by ``out_request_no = refund_no``."""
+        biz = {
+            "out_trade_no": request.pay_no,
+            "refund_amount": money_wire.alipay_amount(request.amount),
+            "out_request_no": request.refund_no,
+            "refund_reason": request.reason,
+        }
+        try:
+            content = await self._call("alipay.trade.refund", biz)
+        except _CallFailed as exc:
+            return RefundOutcome(RefundResult.UNKNOWN, exc.reason)
+        code, sub_code = content.get("code"), content.get("sub_code")
+        if code == SUCCESS_CODE:
+            if content.get("fund_change") == "Y":
+                return RefundOutcome(RefundResult.SUCCEEDED, "fund_change Y")
+            return RefundOutcome(RefundResult.PROCESSING, "fund_change N: query the refund")
+        if isinstance(sub_code, str) and sub_code in DEFINITE_REFUND_FAILURES:
+            return RefundOutcome(RefundResult.FAILED, sub_code)
+        return RefundOutcome(RefundResult.UNKNOWN, _describe(content))
+
+    async def refund_status(self, request: RefundRequest) -> RefundOutcome:
+        """``alipay.trade.fastpay.refund.query``: succeeded, or still processing."""
+        biz = {"out_trade_no": request.pay_no, "out_request_no": request.refund_no}
+        try:
+            content = await self._call("alipay.trade.fastpay.refund.query", biz)
+        except _CallFailed as exc:
+            return RefundOutcome(RefundResult.UNKNOWN, exc.reason)
+        if content.get("code") != SUCCESS_CODE:
+            return RefundOutcome(RefundResult.UNKNOWN, _describe(content))
+        if content.get("refund_status") == "REFUND_SUCCESS":
+            return RefundOutcome(RefundResult.SUCCEEDED, "REFUND_SUCCESS")
+        return RefundOutcome(RefundResult.PROCESSING, "no refund found yet")
+
+    # --- internals -------------------------------------------------------------------------
+
+    async def _close_or_query(self, attempt: Attempt, now: datetime) -> CloseOutcome:
+        biz = {"out_trade_no": attempt.pay_no}
+        content = await self._call("alipay.trade.close", biz)
+        code, sub_code = content.get("code"), content.get("sub_code")
+        if code == SUCCESS_CODE:
+            return CloseOutcome.closed("alipay closed the trade")
+        if sub_code == "ACQ.TRADE_NOT_EXIST":
+            if now >= attempt.expires_at + self._clock_skew:
+                return CloseOutcome.closed("never scanned and expired at alipay")
+            return CloseOutcome.unknown("ACQ.TRADE_NOT_EXIST before the code expired")
+        if sub_code != "ACQ.TRADE_STATUS_ERROR":
+            return CloseOutcome.unknown(f"close: {_describe(content)}")
+        query = await self._call("alipay.trade.query", biz)
+        if query.get("code") != SUCCESS_CODE:
+            return CloseOutcome.unknown(f"query: {_describe(query)}")
+        if query.get("out_trade_no") not in (None, attempt.pay_no):
+            return CloseOutcome.unknown(f"query answered for {query.get('out_trade_no')}")
+        status = query.get("trade_status")
+        if status in PAID_STATUSES:
+            trade_no = query.get("trade_no")
+            payment = VerifiedPayment(
+                attempt.pay_no,
+                money_wire.parse_alipay_amount(query.get("total_amount")),
+                trade_no if isinstance(trade_no, str) and trade_no else None,
+            )
+            return CloseOutcome.paid(payment)
+        if status == "TRADE_CLOSED":
+            return CloseOutcome.closed("alipay reports TRADE_CLOSED")
+        return CloseOutcome.unknown(f"query: trade_status {status}")
+
+    async def _call(
+        self, method: str, biz: Mapping[str, Any], *, notify: bool = False
+    ) -> dict[str, Any]:
+        """POST one signed call; the verified ``<method>_response`` (or ``error_response``).
+
+        Raises:
+            _CallFailed: Transport trouble, a non-200 status, or an answer that fails
+                verification.
+        """
+        params = {
+            "app_id": self._app_id,
+            "method": method,
+            "format": "JSON",
+            "charset": "utf-8",
+            "sign_type": signing.SIGN_TYPE,
+            "timestamp": _beijing(datetime.now(BEIJING)),
+            "version": "1.0",
+            "biz_content": json.dumps(biz, ensure_ascii=False, separators=(",", ":")),
+        }
+        if notify:
+            params["notify_url"] = self._notify_url
+        params["sign"] = signing.sign(params, self._private_key, request=True)
+        try:
+            response = await self._client.post(
+                self._gateway_url, data=params, timeout=self._timeout
+            )
+        except httpx.HTTPError as exc:
+            raise _CallFailed(f"{method}: {type(exc).__name__}: {exc}") from None
+        if response.status_code != 200:
+            raise _CallFailed(f"{method}: HTTP {response.status_code}")
+        try:
+            text = response.content.decode("utf-8")
+            return signing.verify_response(text, method, self._public_key)
+        except UnicodeDecodeError:
+            raise _CallFailed(f"{method}: the answer is not UTF-8") from None
+        except NotificationRejected as exc:
+            raise _CallFailed(f"{method}: {type(exc).__name__}: {exc.message}") from None
+
+
+def _beijing(when: datetime) -> str:
+    """``yyyy-MM-dd HH:mm:ss`` in Beijing time."""
+    return when.astimezone(BEIJING).strftime(_TIME_FORMAT)
+
+
+def _describe(content: Mapping[str, Any]) -> str:
+    parts = (content.get(k) for k in ("code", "msg", "sub_code", "sub_msg"))
+    return " ".join(str(p) for p in parts if p) or "no code"
+
+
+def _parse_form(body: bytes) -> dict[str, str]:
+    """The URL-decoded form parameters; a repeated key is refused (which one was signed?)."""
+    if len(body) > MAX_NOTIFICATION_BYTES:
+        raise MalformedNotification(f"the notification is over {MAX_NOTIFICATION_BYTES} bytes")
+    try:
+        text = body.decode("utf-8")
+        pairs = parse_qsl(text, keep_blank_values=True, errors="strict")
+    except ValueError as exc:
+        raise MalformedNotification(f"the notification is not UTF-8 form data: {exc}") from None
+    params: dict[str, str] = {}
+    for key, value in pairs:
+        if key in params:
+            raise MalformedNotification(f"the notification repeats {key!r}")
+        params[key] = value
+    if not params:
+        raise MalformedNotification("the notification is empty")
+    return params
