@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
+
 from dueflow.clock import Clock, SystemClock
 from dueflow.config import Settings
 from dueflow.exceptions import ConfigError
@@ -12,8 +14,10 @@ from dueflow.locks import Locks, NoLocks, RedisLocks
 from dueflow.notifiers.base import Notifier
 from dueflow.notifiers.log import LogNotifier
 from dueflow.notifiers.webhook import WebhookNotifier
-from dueflow.payments.base import Providers
+from dueflow.payments.alipay.provider import AlipayProvider
+from dueflow.payments.base import PaymentProvider, Providers
 from dueflow.payments.manual import ManualProvider
+from dueflow.payments.wechatpay.provider import WechatPayProvider
 from dueflow.service.deps import Deps
 from dueflow.store import migrate
 from dueflow.store.db import Database
@@ -33,6 +37,69 @@ def build_notifier(settings: Settings) -> Notifier:
     return LogNotifier()
 
 
+ALIPAY_SETTINGS = ("app_id", "seller_id", "app_private_key", "public_key")
+WECHATPAY_SETTINGS = (
+    "appid",
+    "mchid",
+    "merchant_serial",
+    "merchant_private_key",
+    "public_key_id",
+    "public_key",
+    "api_v3_key",
+)
+
+
+def _configured(settings: Settings, provider: str, names: tuple[str, ...]) -> dict[str, str] | None:
+    """The provider's settings when its URL is set; ConfigError when some are missing."""
+    url = getattr(settings, f"{provider}_{'gateway_url' if provider == 'alipay' else 'base_url'}")
+    if not url:
+        return None
+    values = {name: getattr(settings, f"{provider}_{name}") for name in names}
+    missing = [f"DUEFLOW_{provider}_{n}".upper() for n, v in values.items() if not v]
+    if missing:
+        raise ConfigError(f"{provider} is configured but these are missing: {', '.join(missing)}")
+    return {"url": url, **values}
+
+
+def build_providers(
+    settings: Settings, *, client: httpx.AsyncClient | None = None, clock: Clock | None = None
+) -> Providers:
+    """The manual provider, and Alipay and WeChat Pay where their settings are given."""
+    providers: list[PaymentProvider] = [ManualProvider()]
+    notify = settings.public_url.rstrip("/") + "/notify"
+    alipay = _configured(settings, "alipay", ALIPAY_SETTINGS)
+    if alipay:
+        providers.append(
+            AlipayProvider(
+                gateway_url=alipay["url"],
+                app_id=alipay["app_id"],
+                seller_id=alipay["seller_id"],
+                app_private_key=alipay["app_private_key"],
+                alipay_public_key=alipay["public_key"],
+                notify_url=f"{notify}/alipay",
+                client=client,
+            )
+        )
+    wechat = _configured(settings, "wechatpay", WECHATPAY_SETTINGS)
+    if wechat:
+        providers.append(
+            WechatPayProvider(
+                base_url=wechat["url"],
+                appid=wechat["appid"],
+                mchid=wechat["mchid"],
+                merchant_serial=wechat["merchant_serial"],
+                merchant_private_key=wechat["merchant_private_key"],
+                platform_keys={wechat["public_key_id"]: wechat["public_key"]},
+                api_v3_key=wechat["api_v3_key"],
+                notify_url=f"{notify}/wechatpay",
+                refund_notify_url=f"{notify}/wechatpay/refund",
+                client=client,
+                clock=clock,
+            )
+        )
+    return Providers(providers)
+
+
 def build_locks(settings: Settings) -> Locks:
     """Redis locks when the trigger is Redis (or DUEFLOW_LOCKS_URL says where); otherwise the
     database's conditional updates and row locks decide alone."""
@@ -45,7 +112,11 @@ def build_locks(settings: Settings) -> Locks:
 
 
 def build(
-    settings: Settings, *, clock: Clock | None = None, notifier: Notifier | None = None
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    notifier: Notifier | None = None,
+    http: httpx.AsyncClient | None = None,
 ) -> Deps:
     """Wire every adapter from ``settings``."""
     clock = clock or SystemClock()
@@ -53,7 +124,7 @@ def build(
         db=Database.from_url(settings.database_url),
         clock=clock,
         policy=settings.deadline_policy(),
-        providers=Providers([ManualProvider()]),
+        providers=build_providers(settings, client=http, clock=clock),
         notifier=notifier or build_notifier(settings),
         trigger=registry.from_url(settings.trigger_url, clock=clock),
         locks=build_locks(settings),
@@ -75,9 +146,11 @@ async def running(
     clock: Clock | None = None,
     notifier: Notifier | None = None,
     migrate_sqlite: bool = True,
+    http: httpx.AsyncClient | None = None,
 ) -> AsyncIterator[Deps]:
-    """Wired dependencies, closed on exit. An SQLite database is migrated on the way in."""
-    deps = build(settings, clock=clock, notifier=notifier)
+    """Wired dependencies, closed on exit. An SQLite database is migrated on the way in.
+    ``http`` is the client providers use (tests pass one bound to the simulator)."""
+    deps = build(settings, clock=clock, notifier=notifier, http=http)
     try:
         if migrate_sqlite and deps.db.dialect == "sqlite":
             await migrate.upgrade(deps.db)
@@ -86,4 +159,5 @@ async def running(
         await deps.trigger.close()
         await deps.notifier.close()
         await deps.locks.close()
+        await deps.providers.aclose()
         await deps.db.dispose()

@@ -64,6 +64,22 @@ class Settings(BaseSettings):
     scan_grace: Duration = timedelta(seconds=5)
     provider_concurrency: int = Field(default=32, ge=1, le=1000)
 
+    #: Where providers reach dueflow's notify routes (``{public_url}/notify/alipay`` ...).
+    public_url: str = "http://127.0.0.1:8000"
+    alipay_gateway_url: str | None = None
+    alipay_app_id: str | None = None
+    alipay_seller_id: str | None = None
+    alipay_app_private_key: str | None = None
+    alipay_public_key: str | None = None
+    wechatpay_base_url: str | None = None
+    wechatpay_appid: str | None = None
+    wechatpay_mchid: str | None = None
+    wechatpay_merchant_serial: str | None = None
+    wechatpay_merchant_private_key: str | None = None
+    wechatpay_public_key_id: str | None = None
+    wechatpay_public_key: str | None = None
+    wechatpay_api_v3_key: str | None = None
+
     notifier: Literal["log", "webhook"] = "log"
     notifier_url: str | None = None
     notifier_secret: str = ""

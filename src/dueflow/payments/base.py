@@ -153,6 +153,9 @@ class PaymentProvider(ABC):
         """Where the refund stands now (same contract as :meth:`refund`)."""
         return await self.refund(request)
 
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
     @abstractmethod
     async def close_or_query(self, attempt: Attempt, now: datetime) -> CloseOutcome:
         """Close the attempt's trade so it can no longer be paid, and say whether it was paid.
@@ -179,3 +182,8 @@ class Providers:
     def names(self) -> list[str]:
         """The configured providers' names."""
         return sorted(self._by_name)
+
+    async def aclose(self) -> None:
+        """Close every provider's connections."""
+        for provider in self._by_name.values():
+            await provider.aclose()

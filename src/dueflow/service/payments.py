@@ -18,10 +18,16 @@ from dueflow import locks
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.money import parse_yuan
 from dueflow.domain.timers import TimerKind
-from dueflow.exceptions import NotFound, PaymentMismatch
+from dueflow.exceptions import (
+    InvalidInput,
+    InvalidTransition,
+    NotAllowed,
+    NotFound,
+    PaymentMismatch,
+)
 from dueflow.payments.base import Attempt, CloseOutcome, CloseResult, VerifiedPayment
 from dueflow.service.deps import Deps
-from dueflow.store import orders, payments, timers
+from dueflow.store import goods, orders, payments, timers
 
 log = logging.getLogger(__name__)
 
@@ -242,3 +248,67 @@ async def open_attempts(deps: Deps, order_ids: Sequence[int], now: datetime) -> 
             if r.status == OrderStatus.PENDING_PAYMENT.value
         }
     return [r for r in rows if r.order_id in live]
+
+
+async def start_payment(
+    deps: Deps, *, order_id: int, user_id: int, provider: str
+) -> tuple[str, str]:
+    """The buyer starts paying an order through ``provider``: a new attempt whose expiry is the
+    pay deadline (sent to the provider too). Returns (pay_no, the URL where the buyer pays).
+
+    Raises:
+        InvalidInput: unknown provider, or the manual provider (operators record those).
+        NotFound, NotAllowed: no such order, or not the buyer's.
+        InvalidTransition: the order no longer awaits payment, or its pay deadline has passed.
+        ProviderUnavailable: the provider did not answer clearly (the attempt stays open and
+            is closed or queried like any other).
+    """
+    payer = deps.providers.get(provider)
+    if provider == MANUAL:
+        raise InvalidInput("manual payments are recorded by an operator")
+    async with locks.held(deps.locks, f"order:{order_id}", deps.lock_ttl):
+        row, subject = await _new_attempt(deps, order_id, user_id, provider)
+    start = await payer.start(attempt_of(row), subject=subject)
+    return row.pay_no, start.pay_url
+
+
+async def _new_attempt(
+    deps: Deps, order_id: int, user_id: int, provider: str
+) -> tuple[Row[Any], str]:
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        order = await orders.get(conn, order_id, for_update=True)
+        if order is None:
+            raise NotFound(f"no order {order_id}")
+        if order.buyer_id != user_id:
+            raise NotAllowed(f"order {order_id} is not yours as buyer")
+        if order.status != OrderStatus.PENDING_PAYMENT.value:
+            raise InvalidTransition(
+                f"cannot pay: order {order_id} is {order.status}", status=order.status
+            )
+        if order.pay_deadline <= now:
+            raise InvalidTransition(
+                f"cannot pay: order {order_id}'s pay deadline has passed", status=order.status
+            )
+        pay_no = new_pay_no(now)
+        await payments.insert_attempt(
+            conn,
+            pay_no=pay_no,
+            order_id=order_id,
+            provider=provider,
+            amount=order.amount,
+            expires_at=order.pay_deadline,
+            now=now,
+        )
+        await orders.record_events(
+            conn,
+            [order_id],
+            event="payment_started",
+            actor=f"user:{user_id}",
+            now=now,
+            detail=f"{provider} {pay_no}",
+        )
+        item = await goods.get(conn, order.goods_id)
+        row = await payments.by_pay_no(conn, pay_no)
+    assert row is not None and item is not None
+    return row, str(item.title)

@@ -30,6 +30,7 @@ from dueflow.store.timers import Claimed
 
 log = logging.getLogger(__name__)
 STATES = (REFUND_PENDING_REVIEW, REFUND_PROCESSING, REFUND_SUCCEEDED, REFUND_FAILED)
+FINAL = {RefundResult.SUCCEEDED: REFUND_SUCCEEDED, RefundResult.FAILED: REFUND_FAILED}
 #: The first look after a refund was submitted (Alipay asks for at least 10 s).
 FIRST_CHECK = timedelta(seconds=10)
 
@@ -77,6 +78,17 @@ async def _submit(deps: Deps, refund_id: int, *, expected: str, actor: str) -> s
     return await _apply(deps, row, outcome)
 
 
+async def record_answer(deps: Deps, refund_no: str, outcome: RefundOutcome) -> str:
+    """A provider told us (in a notification) where a refund stands; returns its state."""
+    async with deps.db.read() as conn:
+        row = await payments.refund_by_no(conn, refund_no)
+    if row is None:
+        raise NotFound(f"no refund {refund_no}")
+    if row.state != REFUND_PROCESSING or outcome.result not in FINAL:
+        return str(row.state)
+    return await _apply(deps, row, outcome)
+
+
 def request_of(row: Row[Any]) -> RefundRequest:
     """A stored refund as the provider port takes it."""
     return RefundRequest(
@@ -101,7 +113,7 @@ async def _ask(deps: Deps, row: Row[Any], *, first: bool) -> RefundOutcome:
 async def _apply(deps: Deps, row: Row[Any], outcome: RefundOutcome) -> str:
     """Record a provider's answer; while not final, make sure a refund_check timer follows."""
     now = deps.clock.now()
-    final = {RefundResult.SUCCEEDED: REFUND_SUCCEEDED, RefundResult.FAILED: REFUND_FAILED}
+    final = FINAL
     armed: list[timers.Armed] = []
     async with deps.db.write() as conn:
         if outcome.result in final:

@@ -183,6 +183,16 @@ async def refund_by_id(
     return (await conn.execute(query)).first()
 
 
+async def refund_by_no(conn: AsyncConnection, refund_no: str) -> Row[Any] | None:
+    """The refund with this refund number, with its attempt's pay_no and total."""
+    query = (
+        select(refunds, payments.c.pay_no, payments.c.amount.label("total"))
+        .join(payments, payments.c.id == refunds.c.payment_id)
+        .where(refunds.c.refund_no == refund_no)
+    )
+    return (await conn.execute(query)).first()
+
+
 async def refunds_in(
     conn: AsyncConnection, *, state: str | None = None, order_ids: Sequence[int] | None = None
 ) -> list[Row[Any]]:

@@ -9,6 +9,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -199,4 +200,21 @@ order_events = Table(
     Column("from_status", String(32)),
     Column("to_status", String(32)),
     Column("detail", String(500)),
+)
+
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("provider", String(16), nullable=False),
+    Column("received_at", UTCDateTime, nullable=False),
+    Column("headers", Text, nullable=False),  # JSON object of the request headers
+    Column("body", LargeBinary(2**20), nullable=False),  # raw, at most the size limit
+    Column("body_truncated", Boolean, nullable=False),
+    Column("verified", Boolean, nullable=False),
+    # received | confirmed | duplicate | refund | refund_updated | recorded | rejected | error
+    Column("outcome", String(32), nullable=False),
+    Column("error", Text),
+    Column("pay_no", String(32), index=True),
+    Column("event", String(16)),
 )

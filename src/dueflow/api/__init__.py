@@ -1,0 +1,1 @@
+"""HTTP: the provider notify routes (the buyer, seller and admin API comes with the service issue)."""
