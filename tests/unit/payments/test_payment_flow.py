@@ -322,3 +322,68 @@ async def test_a_refund_is_made_once_however_often_it_is_retried(market):
     async with market.deps.db.read() as conn:
         count = (await conn.execute(select(func.count()).select_from(schema.refunds))).scalar_one()
     assert count == 1
+
+
+async def test_ten_copies_of_one_notification_at_once_move_the_order_once(market):
+    import asyncio
+
+    order_id = await market.order()
+    pay_no, _ = await payments.start_payment(
+        market.deps, order_id=order_id, user_id=market.buyer, provider="alipay"
+    )
+    body = alipay_notification(market, pay_no)
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    answers = await asyncio.gather(
+        *(market.app.post("/notify/alipay", content=body, headers=form) for _ in range(10))
+    )
+    assert [a.text for a in answers] == ["success"] * 10
+    outcomes = sorted(o for _, o, _ in await market.inbox())
+    assert outcomes == ["confirmed"] + ["duplicate"] * 9
+    view = await orders.order_view(market.deps, order_id)
+    assert view["status"] == "pending_shipment"
+    assert [e["event"] for e in view["timeline"]].count("pay") == 1
+
+
+async def test_a_notification_after_the_deadline_cancel_becomes_a_refund(market):
+    order_id = await market.order()
+    pay_no, _ = await payments.start_payment(
+        market.deps, order_id=order_id, user_id=market.buyer, provider="alipay"
+    )
+    await market.sim.post("/control/scan", json={"provider": "alipay", "out_trade_no": pay_no})
+    market.clock.advance(timedelta(minutes=30))
+    await Worker(market.deps).drain()  # closes the trade, cancels the order
+    assert await market.status(order_id) == "cancelled_unpaid"
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    late = alipay_notification(market, pay_no)  # the provider says it was paid after all
+    answer = await market.app.post("/notify/alipay", content=late, headers=form)
+    assert answer.text == "success"  # answered, so the provider stops retrying
+    view = await orders.order_view(market.deps, order_id)
+    assert view["status"] == "cancelled_unpaid"
+    assert [r["reason"] for r in view["refunds"]] == ["paid_after_cancel"]
+    assert [o for _, o, _ in await market.inbox()] == ["refund"]
+    again = await market.app.post("/notify/alipay", content=late, headers=form)
+    assert again.text == "success"
+    view = await orders.order_view(market.deps, order_id)
+    assert len(view["refunds"]) == 1
+
+
+async def test_a_notification_before_the_deadline_timer_wins_and_the_timer_steps_aside(market):
+    order_id = await market.order()
+    pay_no, _ = await payments.start_payment(
+        market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
+    )
+    market.clock.advance(timedelta(minutes=30) - timedelta(seconds=1))
+    paid = await market.sim.post(
+        "/control/pay", json={"provider": "wechatpay", "out_trade_no": pay_no}
+    )  # paid a second before the deadline; the notification is still on its way
+    assert paid.status_code == 200
+    market.clock.advance(timedelta(seconds=2))  # the deadline passes, the timer has not run
+    await market.sim.post("/control/deliver")  # the notification lands first
+    assert await market.status(order_id) == "pending_shipment"
+    await Worker(market.deps).drain()
+    view = await orders.order_view(market.deps, order_id)
+    assert view["status"] == "pending_shipment"
+    assert view["refunds"] == []
+    kinds = {t["kind"]: t["state"] for t in view["timers"]}
+    assert kinds["cancel_unpaid"] in ("cancelled", "done")
+    assert kinds["cancel_unshipped"] == "scheduled"
