@@ -353,7 +353,7 @@ def simulator(
 def demo(
     orders_count: int = typer.Option(60, "--orders", min=1, max=5000, help="Orders to simulate."),
     speed: float = typer.Option(
-        60.0, min=1.0, max=600.0, help="Simulated seconds per real second."
+        30.0, min=1.0, max=600.0, help="Simulated seconds per real second."
     ),
     db: Path | None = typer.Option(None, help="SQLite file (default: a fresh temporary one)."),
     seed: int = typer.Option(7, help="Random seed of the simulated people."),

@@ -9,6 +9,7 @@ database.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import tempfile
@@ -18,21 +19,35 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from dueflow import bootstrap, render
+from dueflow.api.app import create_app as create_api
 from dueflow.clock import ScaledClock
 from dueflow.config import load_settings
 from dueflow.exceptions import DueflowError
 from dueflow.notifiers.log import LogNotifier
+from dueflow.payments.simulator import SimulatorConfig
+from dueflow.payments.simulator.app import create_app as create_simulator
+from dueflow.payments.simulator.app import simulator_of
 from dueflow.service import accounts, orders, payments, report
 from dueflow.service.deps import Deps
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import run_scanner
 
-BUYER_HABITS = {"pays": 0.55, "pays_late": 0.08, "never_pays": 0.2, "cancels": 0.17}
+# pays: through the simulated Alipay or WeChat Pay; pays_at_the_wire: pays just before the
+# deadline with the notification delayed past it (close-or-query finds the payment); pays_late:
+# a bank transfer recorded after the order was cancelled (a discrepancy and a refund).
+BUYER_HABITS = {
+    "pays": 0.5,
+    "pays_at_the_wire": 0.07,
+    "pays_late": 0.07,
+    "never_pays": 0.19,
+    "cancels": 0.17,
+}
 SELLER_HABITS = {"ships": 0.75, "ships_late": 0.1, "never_ships": 0.15}
 
 
@@ -54,9 +69,10 @@ def _pick(rng: random.Random, habits: dict[str, float]) -> str:
 class Market:
     """The simulated people acting on one order each."""
 
-    def __init__(self, deps: Deps, rng: random.Random) -> None:
+    def __init__(self, deps: Deps, rng: random.Random, sim: httpx.AsyncClient) -> None:
         self.deps = deps
         self.rng = rng
+        self.sim = sim
         self.refused: Counter[str] = Counter()
         self.outcomes: dict[int, str] = {}
 
@@ -70,10 +86,31 @@ class Market:
     async def act(self, what: str, action: object) -> bool:
         try:
             await action  # type: ignore[misc]
-        except DueflowError:
-            self.refused[what] += 1
+        except DueflowError as exc:
+            self.refused[f"{what} ({exc.code})"] += 1
             return False
         return True
+
+    async def pay_online(self, order_id: int, buyer_id: int, delay: float) -> None:
+        """Start a payment, open the pay page (scan) and pay; the notification comes after
+        ``delay`` simulated seconds."""
+        provider = self.rng.choice(["alipay", "wechatpay"])
+        pay_no, _ = await payments.start_payment(
+            self.deps, order_id=order_id, user_id=buyer_id, provider=provider
+        )
+        trade = {"provider": provider, "out_trade_no": pay_no}
+        await self.sim.post("/control/scan", json=trade)
+        await self.sim.post("/control/pay", json={**trade, "delay": delay})
+
+    async def paid_at(self, order_id: int) -> datetime | None:
+        """When the order was paid, waiting for the notification (or for close-or-query at the
+        deadline) to tell dueflow; None if it was not."""
+        clock = self.deps.clock
+        while True:
+            view = await self.view(order_id)
+            if view["status"] != "pending_payment":
+                return view["paid_at"]  # type: ignore[no-any-return]
+            await clock.sleep_until(clock.now() + timedelta(seconds=10))
 
     async def life(self, order_id: int, person: Person, buyer_id: int, seller_id: int) -> None:
         deps, rng = self.deps, self.rng
@@ -88,19 +125,25 @@ class Market:
             )
             return
         late = person.buyer == "pays_late"
-        await self.at(
-            order["created_at"],
-            rng.uniform(1.2, 1.5) if late else rng.uniform(0.1, 0.8),
-            durations.pay,
-        )
-        await self.act(
-            "late payment" if late else "payment",
-            payments.record_manual_payment(deps, order_id=order_id, amount=order["amount"]),
-        )
+        if late:
+            await self.at(order["created_at"], rng.uniform(1.6, 2.0), durations.pay)
+            await self.act(
+                "late payment",
+                payments.record_manual_payment(deps, order_id=order_id, amount=order["amount"]),
+            )
+        else:
+            wire = person.buyer == "pays_at_the_wire"
+            await self.at(
+                order["created_at"], 0.8 if wire else rng.uniform(0.1, 0.7), durations.pay
+            )
+            delay = durations.pay.total_seconds() * 0.4 if wire else 0.0
+            await self.act("payment", self.pay_online(order_id, buyer_id, delay))
         if late or person.seller == "never_ships":
             return
         ship_late = person.seller == "ships_late"
-        paid_at = (await self.view(order_id))["paid_at"]
+        paid_at = await self.paid_at(order_id)
+        if paid_at is None:
+            return
         await self.at(
             paid_at, rng.uniform(1.1, 1.3) if ship_late else rng.uniform(0.1, 0.8), durations.ship
         )
@@ -164,20 +207,53 @@ async def run(
     logging.getLogger("dueflow").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="dueflow-demo-") as tmp:
         path = db or Path(tmp) / "demo.db"
+        clock = ScaledClock(speed=speed)
+        to_dueflow = _LateASGI()
+        sim_config = SimulatorConfig.generate(clock=clock, transport=to_dueflow)
+        sim_app = create_simulator(sim_config)
         settings = load_settings(
-            database_url=f"sqlite:///{path}", profile="dev", scan_interval="60s", scan_grace="30s"
+            database_url=f"sqlite:///{path}",
+            profile="dev",
+            scan_interval="60s",
+            scan_grace="30s",
+            public_url="http://dueflow",
+            **dataclasses.asdict(sim_config.client_config("http://sim")),
         )
         notifier = LogNotifier()
-        clock = ScaledClock(speed=speed)
-        async with bootstrap.running(settings, clock=clock, notifier=notifier) as deps:
+        async with (
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=sim_app), base_url="http://sim"
+            ) as sim,
+            bootstrap.running(settings, clock=clock, notifier=notifier, http=sim) as deps,
+            simulator_of(sim_app).running(),
+        ):
+            to_dueflow.app = create_api(deps)
             return await _simulate(
-                deps, notifier, orders=orders, seed=seed, live=live, console=console, speed=speed
+                deps,
+                notifier,
+                sim,
+                orders=orders,
+                seed=seed,
+                live=live,
+                console=console,
+                speed=speed,
             )
+
+
+class _LateASGI(httpx.AsyncBaseTransport):
+    """The simulator's way to dueflow's notify routes, an app that exists only once wired."""
+
+    def __init__(self) -> None:
+        self.app: Any = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await httpx.ASGITransport(app=self.app).handle_async_request(request)
 
 
 async def _simulate(
     deps: Deps,
     notifier: LogNotifier,
+    sim: httpx.AsyncClient,
     *,
     orders: int,
     seed: int,
@@ -199,7 +275,7 @@ async def _simulate(
         asyncio.create_task(worker.run(stop)),
         asyncio.create_task(run_scanner(worker, stop)),
     ]
-    market = Market(deps, rng)
+    market = Market(deps, rng, sim)
     habits: dict[int, Person] = {}
     tasks: list[asyncio.Task[None]] = []
     pay = deps.policy.durations("normal").pay
@@ -250,7 +326,7 @@ async def _summarise(
     finals: dict[tuple[str, str], Counter[str]] = {}
     for order_id, person in habits.items():
         status = (await orders.order_view(deps, order_id))["status"]
-        seller = person.seller if person.buyer in ("pays",) else "-"
+        seller = person.seller if person.buyer in ("pays", "pays_at_the_wire") else "-"
         finals.setdefault((person.buyer, seller), Counter())[status] += 1
     for (buyer, seller), counts in sorted(finals.items()):
         outcome.add_row(
