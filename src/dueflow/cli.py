@@ -332,6 +332,23 @@ def worker(
 
 
 @app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
+    port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
+    no_worker: bool = typer.Option(False, "--no-worker", help="Serve HTTP only."),
+    verbose: bool = typer.Option(False, "-v", "--verbose"),
+) -> None:
+    """Serve the HTTP app with the worker, the scanner and the feeder in one process. In the
+    dev profile with no provider configured, the payment simulator is mounted at /sim and its
+    keys are handed to dueflow's settings."""
+    from dueflow import server
+
+    _logging(verbose)
+    settings = _settings()
+    _run(server.serve(settings, host=host, port=port, worker=not no_worker, console=err))
+
+
+@app.command()
 def simulator(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8090, min=1, max=65535, help="TCP port."),

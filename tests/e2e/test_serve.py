@@ -1,0 +1,86 @@
+"""`dueflow serve` in a subprocess on the dev profile: health, the mounted simulator, a payment
+notified over real HTTP, and a graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dueflow import bootstrap
+from dueflow.config import load_settings
+from dueflow.service import accounts, orders, payments
+
+DUEFLOW = Path(sys.executable).parent / "dueflow"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    port = free_port()
+    db = tmp_path / "serve.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
+    env.update({"DUEFLOW_DATABASE_URL": f"sqlite:///{db}", "DUEFLOW_PROFILE": "dev"})
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [str(DUEFLOW), "serve", "--port", str(port)], env=env, stdout=log, stderr=log
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        limit = time.monotonic() + 30
+        while time.monotonic() < limit:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)  # waiting for the process to listen
+        else:
+            pytest.fail((tmp_path / "serve.log").read_text())
+        yield base, db, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=20)
+        log.close()
+
+
+async def test_a_payment_through_the_mounted_simulator_is_notified_over_http(server):
+    base, db, proc = server
+    async with httpx.AsyncClient(timeout=5) as client:
+        keys = (await client.get(f"{base}/sim/control/keys")).json()
+    settings = load_settings(database_url=f"sqlite:///{db}", profile="dev", public_url=base, **keys)
+    async with bootstrap.running(settings) as deps:
+        seller, _ = await accounts.add_user(deps, "seller")
+        buyer, _ = await accounts.add_user(deps, "buyer")
+        goods_id = await accounts.add_goods(deps, seller_id=seller.id, title="kite", price="19.90")
+        order_id = await orders.place_order(deps, buyer_id=buyer.id, goods_id=goods_id)
+        pay_no, url = await payments.start_payment(
+            deps, order_id=order_id, user_id=buyer.id, provider="alipay"
+        )
+        assert url.startswith(f"{base}/sim/pay/alipay/")
+        async with httpx.AsyncClient(base_url=f"{base}/sim", timeout=5) as sim:
+            trade = {"provider": "alipay", "out_trade_no": pay_no}
+            assert (await sim.post("/control/scan", json=trade)).status_code == 200
+            assert (await sim.post("/control/pay", json=trade)).status_code == 200
+        limit = time.monotonic() + 20
+        status = "pending_payment"
+        while status == "pending_payment" and time.monotonic() < limit:
+            status = (await orders.order_view(deps, order_id))["status"]
+            if status == "pending_payment":
+                await asyncio.sleep(0.1)  # the server's simulator notifies us over HTTP
+        assert status == "pending_shipment"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
