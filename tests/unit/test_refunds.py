@@ -6,6 +6,7 @@ Alipay and WeChat Pay clients are tested against the simulator.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -83,7 +84,7 @@ async def test_a_manual_refund_is_paid_back_off_line_on_approval(world):
     order_id, refund_id = await unshipped_refund(world)
     assert await refunds.approve(world.deps, refund_id) == "succeeded"
     assert (await refund_row(world, refund_id)).state == "succeeded"
-    assert await check_timer(world, order_id) is None
+    assert (await check_timer(world, order_id)).state == "cancelled"  # nothing left to follow
     with pytest.raises(InvalidTransition, match="succeeded, not pending_review"):
         await refunds.approve(world.deps, refund_id)
     view = await orders.order_view(world.deps, order_id)
@@ -91,9 +92,8 @@ async def test_a_manual_refund_is_paid_back_off_line_on_approval(world):
 
 
 async def test_a_processing_refund_is_followed_until_it_succeeds(world):
-    provider = ScriptedProvider(
-        [RefundResult.PROCESSING, RefundResult.PROCESSING, RefundResult.SUCCEEDED]
-    )
+    # approve; check 1 asks and resubmits; check 2 asks and resubmits.
+    provider = ScriptedProvider([RefundResult.PROCESSING] * 4 + [RefundResult.SUCCEEDED])
     use(world, provider)
     order_id, refund_id = await unshipped_refund(world, "scripted")
     assert await refunds.approve(world.deps, refund_id) == "processing"
@@ -128,7 +128,7 @@ async def test_a_failed_refund_is_retried_with_the_same_number(world):
 
 
 async def test_an_unknown_answer_never_counts_as_final(world):
-    provider = ScriptedProvider([RefundResult.UNKNOWN, RefundResult.UNKNOWN])
+    provider = ScriptedProvider([RefundResult.UNKNOWN] * 3)
     use(world, provider)
     order_id, refund_id = await unshipped_refund(world, "scripted")
     assert await refunds.approve(world.deps, refund_id) == "processing"
@@ -147,3 +147,53 @@ async def test_bad_requests_change_nothing(world):
     with pytest.raises(InvalidInput, match="unknown refund state"):
         await refunds.list_refunds(world.deps, state="lost")
     assert (await refund_row(world, refund_id)).state == "pending_review"
+
+
+async def test_a_refund_is_followed_even_when_its_order_moves_on(world):
+    """A second payment refunded while the order goes on: shipping must not cancel its check."""
+    provider = ScriptedProvider([RefundResult.PROCESSING] * 2 + [RefundResult.SUCCEEDED])
+    use(world, provider)
+    goods_id = await world.goods()
+    order_id = await orders.place_order(world.deps, buyer_id=world.buyer, goods_id=goods_id)
+    await payments.record_manual_payment(world.deps, order_id=order_id, amount="12.50")
+    second, outcome = await payments.record_manual_payment(
+        world.deps, order_id=order_id, amount="12.50"
+    )
+    assert outcome is payments.PaymentOutcome.REFUND  # paid twice
+    async with world.deps.db.write() as conn:
+        await conn.execute(
+            schema.payments.update()
+            .where(schema.payments.c.pay_no == second)
+            .values(provider="scripted")
+        )
+    [refund] = await refunds.list_refunds(world.deps, state="pending_review")
+    assert refund["reason"] == "paid_twice"
+    async with world.deps.db.write() as conn:
+        await conn.execute(
+            schema.refunds.update()
+            .where(schema.refunds.c.id == refund["id"])
+            .values(provider="scripted")
+        )
+    assert await refunds.approve(world.deps, refund["id"]) == "processing"
+    await orders.ship(
+        world.deps, order_id=order_id, user_id=world.seller, carrier="SF", tracking_no="1"
+    )
+    assert (await check_timer(world, order_id)).state == "scheduled"
+    world.clock.advance(refunds.FIRST_CHECK)
+    await world.worker.drain()
+    assert (await refund_row(world, refund["id"])).state == "succeeded"
+
+
+async def test_a_refund_is_watched_from_the_moment_it_is_processing(world):
+    """The provider call blows up (a crash, say): a refund_check timer is already there."""
+
+    class Exploding(ScriptedProvider):
+        async def refund(self, request):
+            raise asyncio.CancelledError  # the process stops mid-call
+
+    use(world, Exploding([]))
+    order_id, refund_id = await unshipped_refund(world, "scripted")
+    with pytest.raises(asyncio.CancelledError):
+        await refunds.approve(world.deps, refund_id)
+    assert (await refund_row(world, refund_id)).state == "processing"
+    assert (await check_timer(world, order_id)).state == "scheduled"

@@ -74,6 +74,12 @@ async def _submit(deps: Deps, refund_id: int, *, expected: str, actor: str) -> s
             now=now,
             detail=f"{row.refund_no} {row.amount}",
         )
+        # Followed from the moment it is processing: a crash before the provider answers
+        # leaves a timer that asks (and resubmits) rather than a refund nobody watches.
+        armed = await timers.schedule_again(
+            conn, row.order_id, TimerKind.REFUND_CHECK, now + FIRST_CHECK, now
+        )
+    await deps.arm(armed)
     outcome = await _ask(deps, row, first=True)
     return await _apply(deps, row, outcome)
 
@@ -110,6 +116,16 @@ async def _ask(deps: Deps, row: Row[Any], *, first: bool) -> RefundOutcome:
         return RefundOutcome(RefundResult.UNKNOWN, f"{type(exc).__name__}: {exc}")
 
 
+async def _follow(deps: Deps, row: Row[Any]) -> RefundOutcome:
+    """Ask where a refund stands; while it is not final, submit it again (the refund number is
+    fixed, so the provider refunds once): a request that never reached it gets there now."""
+    outcome = await _ask(deps, row, first=False)
+    if outcome.result in FINAL:
+        return outcome
+    again = await _ask(deps, row, first=True)
+    return again if again.result in FINAL else outcome
+
+
 async def _apply(deps: Deps, row: Row[Any], outcome: RefundOutcome) -> str:
     """Record a provider's answer; while not final, make sure a refund_check timer follows."""
     now = deps.clock.now()
@@ -126,6 +142,16 @@ async def _apply(deps: Deps, row: Row[Any], outcome: RefundOutcome) -> str:
                 now=now,
                 error=outcome.reason or None if to == REFUND_FAILED else None,
             )
+            if not await payments.refunds_in(
+                conn, state=REFUND_PROCESSING, order_ids=[row.order_id]
+            ):
+                await timers.cancel_for_orders(
+                    conn,
+                    [row.order_id],
+                    now,
+                    kinds=[TimerKind.REFUND_CHECK],
+                    reason="refunds final",
+                )
             await orders.record_events(
                 conn,
                 [row.order_id],
@@ -151,13 +177,18 @@ async def check_refunds(deps: Deps, batch: Sequence[Claimed]) -> None:
         rows = await payments.refunds_in(
             conn, state=REFUND_PROCESSING, order_ids=[t.order_id for t in batch]
         )
-    answers = await asyncio.gather(*(_ask(deps, row, first=False) for row in rows))
+    answers = await asyncio.gather(*(_follow(deps, row) for row in rows))
     pending: dict[int, str] = {}
     for row, outcome in zip(rows, answers, strict=True):
         if await _apply(deps, row, outcome) == REFUND_PROCESSING:
             pending[row.order_id] = outcome.reason or outcome.result.value
     now = deps.clock.now()
     async with deps.db.write() as conn:
+        # Refunds approved while this check ran are followed too: re-read before finishing.
+        for row in await payments.refunds_in(
+            conn, state=REFUND_PROCESSING, order_ids=[t.order_id for t in batch]
+        ):
+            pending.setdefault(row.order_id, "approved meanwhile")
         for token in {t.token for t in batch}:
             settled = {
                 t.id: "refunds final"

@@ -26,7 +26,11 @@ SKIP_LOCKED_DIALECTS = {"postgresql", "mysql", "mariadb"}
 # partial index on live timers (PostgreSQL, SQLite) even as a generic prepared plan.
 SCHEDULED: ColumnClause[str] = literal_column("'scheduled'")
 CLAIMED: ColumnClause[str] = literal_column("'claimed'")
-_KINDS = {kind.value: kind for kind in TimerKind}  # Enum(value) is slow on hot paths
+_KINDS = {kind.value: kind for kind in TimerKind}
+#: The kinds an order move makes obsolete (not REFUND_CHECK: a refund is followed to the end).
+ORDER_LIFE_KINDS = tuple(
+    kind for kind in TimerKind if kind is not TimerKind.REFUND_CHECK
+)  # Enum(value) is slow on hot paths
 
 
 @dataclass(frozen=True)
@@ -99,12 +103,16 @@ async def cancel_for_orders(
     kinds: Iterable[TimerKind] | None = None,
     reason: str = "order moved on",
 ) -> int:
-    """Cancel the scheduled timers of these orders (claimed ones finish and see the order moved)."""
+    """Cancel the scheduled timers of these orders (claimed ones finish and see the order
+    moved). By default only the order-life kinds: a refund's check outlives every move."""
     if not order_ids:
         return 0
-    guard = [timers.c.order_id.in_(order_ids), timers.c.state == SCHEDULED]
-    if kinds is not None:
-        guard.append(timers.c.kind.in_([k.value for k in kinds]))
+    kinds = ORDER_LIFE_KINDS if kinds is None else kinds
+    guard = [
+        timers.c.order_id.in_(order_ids),
+        timers.c.state == SCHEDULED,
+        timers.c.kind.in_([k.value for k in kinds]),
+    ]
     result = await conn.execute(
         update(timers)
         .where(*guard)
