@@ -13,6 +13,7 @@ from dueflow.domain.deadlines import DEFAULT_ORDER_TYPE
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import (
+    Busy,
     GoodsUnavailable,
     InvalidInput,
     InvalidTransition,
@@ -147,7 +148,7 @@ async def _cancel_unpaid_by_buyer(deps: Deps, order_id: int, user_id: int) -> No
     outcome = (await payment_service.close_attempts(deps, attempts, now)).get(order_id)
     if outcome is not None and outcome.result is CloseResult.PAID:
         assert outcome.payment is not None
-        await payment_service.confirm_payment(deps, outcome.payment, actor="close_or_query")
+        await payment_service.confirm_payment_locked(deps, outcome.payment, actor="close_or_query")
         raise InvalidTransition(
             f"cannot cancel: order {order_id} was paid meanwhile", status=S.PENDING_SHIPMENT.value
         )
@@ -155,6 +156,8 @@ async def _cancel_unpaid_by_buyer(deps: Deps, order_id: int, user_id: int) -> No
         raise ProviderUnavailable(f"cannot cancel yet: payment state unknown ({outcome.reason})")
     async with deps.db.write() as conn:
         order = await _own_order(conn, order_id, user_id, "buyer")
+        if await payment_service.opened_since(conn, [order_id], attempts):
+            raise Busy("a payment was started meanwhile; try again")
         moved = await lifecycle.cancel_unpaid(
             conn,
             deps,

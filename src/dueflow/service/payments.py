@@ -63,11 +63,20 @@ async def confirm_payment(deps: Deps, payment: VerifiedPayment, *, actor: str) -
     if known is None:
         raise NotFound(f"no payment attempt {payment.pay_no}")
     async with locks.held(deps.locks, f"order:{known.order_id}", deps.lock_ttl):
-        now = deps.clock.now()
-        async with deps.db.write() as conn:
-            attempt = await payments.by_pay_no(conn, payment.pay_no, for_update=True)
-            assert attempt is not None  # attempts are never deleted
-            outcome, armed = await apply_payment(conn, deps, attempt, payment, now=now, actor=actor)
+        return await confirm_payment_locked(deps, payment, actor=actor)
+
+
+async def confirm_payment_locked(
+    deps: Deps, payment: VerifiedPayment, *, actor: str
+) -> PaymentOutcome:
+    """:func:`confirm_payment` for a caller that already holds the order's lock (locks are not
+    re-entrant)."""
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        attempt = await payments.by_pay_no(conn, payment.pay_no, for_update=True)
+        if attempt is None:
+            raise NotFound(f"no payment attempt {payment.pay_no}")
+        outcome, armed = await apply_payment(conn, deps, attempt, payment, now=now, actor=actor)
     await deps.arm(armed)
     return outcome
 
@@ -234,6 +243,19 @@ async def close_attempts(
         if best is None or rank[outcome.result] > rank[best.result]:
             by_order[order_id] = outcome
     return by_order
+
+
+async def opened_since(
+    conn: AsyncConnection, order_ids: Sequence[int], closed: Sequence[Row[Any]]
+) -> set[int]:
+    """Inside the cancel's transaction: the orders with an open attempt that close-or-query did
+    not see (started meanwhile). Cancelling them now would leave a payable trade behind."""
+    seen = {row.pay_no for row in closed}
+    return {
+        row.order_id
+        for row in await payments.for_orders(conn, order_ids, state=payments.OPEN)
+        if row.pay_no not in seen
+    }
 
 
 async def open_attempts(deps: Deps, order_ids: Sequence[int], now: datetime) -> list[Row[Any]]:

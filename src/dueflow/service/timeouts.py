@@ -82,6 +82,9 @@ async def cancel_unpaid(deps: Deps, batch: Sequence[Claimed]) -> None:
                 unknown[order_id] = f"confirming the paid trade failed: {exc}"
     cancellable = [oid for oid in order_ids if oid not in unknown and oid not in paid]
     async with deps.db.write() as conn:
+        for order_id in await payment_service.opened_since(conn, cancellable, attempts):
+            unknown[order_id] = "a payment was started meanwhile"
+        cancellable = [oid for oid in cancellable if oid not in unknown]
         moved = await lifecycle.cancel_unpaid(
             conn, deps, cancellable, now=now, event=E.PAY_TIMEOUT, actor="timer", due_only=True
         )

@@ -92,6 +92,10 @@ class _Answer:
         return text
 
 
+#: How far WeChat Pay's clock may be ahead of ours.
+CLOCK_SKEW = timedelta(minutes=2)
+
+
 class WechatPayProvider(PaymentProvider):
     """WeChat Pay API v3, native payments."""
 
@@ -193,13 +197,13 @@ class WechatPayProvider(PaymentProvider):
     async def close_or_query(self, attempt: Attempt, now: datetime) -> CloseOutcome:
         """Close the trade; unless the close clearly worked, query it and decide from that."""
         try:
-            return await self._close_or_query(attempt)
+            return await self._close_or_query(attempt, now)
         except Exception as exc:  # never raise: an unexpected failure is an unknown answer
             return CloseOutcome.unknown(
                 f"wechatpay close/query failed: {type(exc).__name__}: {exc}"
             )
 
-    async def _close_or_query(self, attempt: Attempt) -> CloseOutcome:
+    async def _close_or_query(self, attempt: Attempt, now: datetime) -> CloseOutcome:
         path = f"/v3/pay/transactions/out-trade-no/{_segment(attempt.pay_no)}"
         try:
             closed = await self._call("POST", f"{path}/close", {"mchid": self._mchid})
@@ -214,7 +218,11 @@ class WechatPayProvider(PaymentProvider):
         except ProviderUnavailable as exc:
             return CloseOutcome.unknown(f"query: {exc.message}")
         if found.status == 404 and found.code == "ORDER_NOT_EXIST":
-            return CloseOutcome.closed("ORDER_NOT_EXIST")
+            # A native order still in flight (or not yet placed) could appear and be paid until
+            # its expiry: closed only once that has passed, with a margin for clock skew.
+            if now >= attempt.expires_at + CLOCK_SKEW:
+                return CloseOutcome.closed("ORDER_NOT_EXIST")
+            return CloseOutcome.unknown("ORDER_NOT_EXIST before the trade's expiry")
         if found.status != 200:
             return CloseOutcome.unknown(f"query: {found.describe()}")
         if found.body.get("out_trade_no") != attempt.pay_no or found.body.get("mchid") not in (

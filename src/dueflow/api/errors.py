@@ -1,0 +1,166 @@
+"""The one place where errors become HTTP answers: ``{"error": {"code", "message"}}``.
+
+Every :class:`~dueflow.exceptions.DueflowError` maps to a status by its class (the most specific
+entry of :data:`STATUS` wins), FastAPI's validation errors become 422 (400 for a body that is not
+JSON at all), Starlette's own HTTP errors keep their status in the same shape, and a body over
+:data:`MAX_BODY` bytes is refused with 413 before it is read whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dueflow import exceptions as errors
+
+#: The largest request body the JSON API accepts.
+MAX_BODY = 64 * 1024
+
+#: Status by error class; looked up along the class's MRO, so subclasses inherit.
+STATUS: dict[type[errors.DueflowError], int] = {
+    errors.DueflowError: 500,
+    errors.ConfigError: 500,
+    errors.DomainError: 400,
+    errors.InvalidInput: 422,
+    errors.NotFound: 404,
+    errors.NotAllowed: 403,
+    errors.InvalidTransition: 409,
+    errors.GoodsUnavailable: 409,
+    errors.PaymentMismatch: 409,
+    errors.BackendError: 503,
+    errors.BackendUnavailable: 503,
+    errors.Busy: 409,
+    errors.ProviderError: 502,
+    errors.ProviderUnavailable: 503,
+    errors.NotificationRejected: 400,
+}
+
+#: Codes for errors Starlette raises itself (unknown route, wrong method, missing token ...).
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+}
+
+#: An order's own routes: "not yours" there is answered as "no such order" (nothing leaks).
+ORDER_PATH = re.compile(r"^/api/orders/(?P<order_id>[^/]+)")
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    """The error JSON."""
+    return {"error": {"code": code, "message": message}}
+
+
+def status_of(exc: errors.DueflowError) -> int:
+    """The HTTP status for ``exc``: its nearest class in :data:`STATUS`."""
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def _hides_order(request: Request, exc: errors.DueflowError) -> re.Match[str] | None:
+    """Someone else's order looks exactly like a missing one, except to an admin."""
+    if not isinstance(exc, errors.NotAllowed):
+        return None
+    user = getattr(request.state, "user", None)
+    if user is not None and user.is_admin:
+        return None
+    return ORDER_PATH.match(request.url.path)
+
+
+async def dueflow_error(request: Request, exc: Exception) -> JSONResponse:
+    """A DueflowError as its status and the error JSON."""
+    assert isinstance(exc, errors.DueflowError)
+    hidden = _hides_order(request, exc)
+    if hidden is not None:
+        missing = errors.NotFound(f"no order {hidden['order_id']}")
+        return JSONResponse(error_body(missing.code, missing.message), 404)
+    return JSONResponse(error_body(exc.code, exc.message), status_of(exc))
+
+
+async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """422 naming each bad field; 400 when the body is not JSON at all."""
+    assert isinstance(exc, RequestValidationError)
+    problems = exc.errors()
+    if any(p.get("type") == "json_invalid" for p in problems):
+        return JSONResponse(error_body("malformed_json", "the body is not valid JSON"), 400)
+    message = "; ".join(
+        f"{'.'.join(str(part) for part in p.get('loc', ()))}: {p.get('msg', 'invalid')}"
+        for p in problems
+    )
+    return JSONResponse(error_body(errors.InvalidInput.code, message or "invalid input"), 422)
+
+
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (404 route, 405, 401 from auth, 413) in the same shape."""
+    assert isinstance(exc, HTTPException)
+    code = HTTP_CODES.get(exc.status_code, "http_error")
+    return JSONResponse(
+        error_body(code, str(exc.detail)), exc.status_code, headers=dict(exc.headers or {})
+    )
+
+
+class BodyLimit:
+    """Refuse an /api request body over ``limit`` bytes: at once when Content-Length says so,
+    otherwise as soon as the streamed body grows past it."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith("/api"):
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await self._refuse(send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise HTTPException(413, self._message())
+            return message
+
+        await self.app(scope, limited, send)
+
+    def _message(self) -> str:
+        return f"the body is over {self.limit // 1024} KiB"
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps(error_body(HTTP_CODES[413], self._message())).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def install(app: FastAPI, *, max_body: int = MAX_BODY) -> None:
+    """Map dueflow's errors, validation errors and HTTP errors to the error JSON, and limit
+    /api request bodies to ``max_body`` bytes."""
+    app.add_exception_handler(errors.DueflowError, dueflow_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_middleware(BodyLimit, limit=max_body)
