@@ -513,3 +513,50 @@ async def test_run_loop_sleeps_until_the_due_time_and_wakes(world):
         world.deps.trigger.wake()
         await asyncio.wait_for(task, timeout=5)
     assert task.done() and task.exception() is None
+
+
+async def test_a_reminder_another_handler_is_sending_is_not_sent_again(world):
+    from dueflow.store import aftersale
+
+    order_id = await place(world)
+    now = world.clock.now()
+    async with world.deps.db.write() as conn:  # another handler claimed it and is sending
+        [taken] = await aftersale.claim_reminders(
+            conn,
+            [order_id],
+            kind="pay_reminder",
+            now=now,
+            lease=timedelta(minutes=10),
+            token="other",
+        )
+    world.clock.advance(timedelta(minutes=5))
+    await world.worker.drain()
+    assert world.notifier.sent == []
+    row = await timer(world, order_id, TimerKind.PAY_REMINDER)
+    assert (row.state, row.last_error) == ("scheduled", "being sent by another worker")
+    async with world.deps.db.write() as conn:  # the other handler's send returned
+        assert await aftersale.settle_reminder(
+            conn, taken.id, token="other", sent=True, now=world.clock.now()
+        )
+    world.clock.advance(timedelta(seconds=30))
+    await world.worker.drain()
+    assert world.notifier.sent == []
+    assert (await timer(world, order_id, TimerKind.PAY_REMINDER)).outcome == "already sent"
+
+
+async def test_a_reminder_whose_sender_died_is_sent_once_its_lease_runs_out(world):
+    from dueflow.store import aftersale
+
+    order_id = await place(world)
+    async with world.deps.db.write() as conn:
+        await aftersale.claim_reminders(
+            conn,
+            [order_id],
+            kind="pay_reminder",
+            now=world.clock.now(),
+            lease=timedelta(minutes=1),
+            token="dead",
+        )
+    world.clock.advance(timedelta(minutes=5))  # past the dead sender's lease
+    await world.worker.drain()
+    assert [r.order_id for r in world.notifier.sent] == [order_id]

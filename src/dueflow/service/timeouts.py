@@ -178,9 +178,11 @@ async def auto_review(deps: Deps, batch: Sequence[Claimed]) -> None:
 
 
 async def pay_reminder(deps: Deps, batch: Sequence[Claimed]) -> None:
-    """Remind buyers of unpaid orders, once per order (the reminder row is claimed first)."""
+    """Remind buyers of unpaid orders, once per order: a reminder row is claimed by one handler
+    with a lease before it is sent, and recorded sent as soon as the send returns."""
     now = deps.clock.now()
     kind = TimerKind.PAY_REMINDER.value
+    token = timers.new_token()
     async with deps.db.write() as conn:
         current = {r.id: r for r in await orders.many(conn, [t.order_id for t in batch])}
         live = [
@@ -188,52 +190,42 @@ async def pay_reminder(deps: Deps, batch: Sequence[Claimed]) -> None:
             for oid, r in current.items()
             if r.status == S.PENDING_PAYMENT.value and r.pay_deadline > now
         ]
-        pending = {
-            r.order_id: r for r in await aftersale.claim_reminders(conn, live, kind=kind, now=now)
+        mine = {
+            r.order_id: r
+            for r in await aftersale.claim_reminders(
+                conn, live, kind=kind, now=now, lease=deps.lease, token=token
+            )
         }
+        states = await aftersale.reminder_states(conn, live, kind=kind)
         finished: dict[int, str] = {}
+        elsewhere: list[Claimed] = []
         for timer in batch:
             order = current.get(timer.order_id)
-            if timer.order_id in pending:
+            if timer.order_id in mine:
                 continue
-            if order is not None and timer.order_id in live:
+            if timer.order_id not in live:
+                finished[timer.id] = f"skipped: order is {order.status if order else 'missing'}"
+            elif states.get(timer.order_id) == aftersale.REMINDER_SENT:
                 finished[timer.id] = "already sent"
             else:
-                finished[timer.id] = f"skipped: order is {order.status if order else 'missing'}"
+                elsewhere.append(timer)  # another handler is sending it right now
         await _finish_by_token(conn, batch, finished, now)
-    sent, failed = await _send_all(deps, [(pending[oid], current[oid]) for oid in pending])
-    async with deps.db.write() as conn:
-        await aftersale.mark_sent(conn, [pending[oid].id for oid in sent], now)
-        await _finish_by_token(
-            conn,
-            [t for t in batch if t.order_id in sent],
-            {t.id: "sent" for t in batch if t.order_id in sent},
-            now,
-        )
-        retry = [t for t in batch if t.order_id in failed]
-        if retry:
-            await timers.retry(
-                conn, retry, error="; ".join(sorted(set(failed.values())))[:500], now=now
-            )
-
-
-async def _finish_by_token(
-    conn: AsyncConnection, batch: Sequence[Claimed], outcomes: Mapping[int, str], now: datetime
-) -> None:
-    for token in {t.token for t in batch}:
-        mine = {t.id: outcomes[t.id] for t in batch if t.token == token and t.id in outcomes}
-        if mine:
-            await timers.finish(conn, mine, token=token, now=now)
+        if elsewhere:
+            await timers.retry(conn, elsewhere, error="being sent by another worker", now=now)
+    await _send_all(deps, [t for t in batch if t.order_id in mine], mine, current, token)
 
 
 async def _send_all(
-    deps: Deps, items: Sequence[tuple[Row[Any], Row[Any]]]
-) -> tuple[set[int], dict[int, str]]:
+    deps: Deps,
+    batch: Sequence[Claimed],
+    mine: Mapping[int, Row[Any]],
+    current: Mapping[int, Row[Any]],
+    token: str,
+) -> None:
     limit = asyncio.Semaphore(deps.provider_concurrency)
-    sent: set[int] = set()
-    failed: dict[int, str] = {}
 
-    async def one(reminder: Row[Any], order: Row[Any]) -> None:
+    async def one(timer: Claimed) -> None:
+        reminder, order = mine[timer.order_id], current[timer.order_id]
         async with limit:
             try:
                 await deps.notifier.send(
@@ -246,12 +238,29 @@ async def _send_all(
                         pay_deadline=order.pay_deadline,
                     )
                 )
-                sent.add(order.id)
+                error = None
             except Exception as exc:
-                failed[order.id] = f"{type(exc).__name__}: {exc}"
+                error = f"{type(exc).__name__}: {exc}"
+        now = deps.clock.now()
+        async with deps.db.write() as conn:
+            await aftersale.settle_reminder(
+                conn, reminder.id, token=token, sent=error is None, now=now
+            )
+            if error is None:
+                await timers.finish(conn, {timer.id: "sent"}, token=timer.token, now=now)
+            else:
+                await timers.retry(conn, [timer], error=error[:500], now=now)
 
-    await asyncio.gather(*(one(r, o) for r, o in items))
-    return sent, failed
+    await asyncio.gather(*(one(timer) for timer in batch))
+
+
+async def _finish_by_token(
+    conn: AsyncConnection, batch: Sequence[Claimed], outcomes: Mapping[int, str], now: datetime
+) -> None:
+    for token in {t.token for t in batch}:
+        mine = {t.id: outcomes[t.id] for t in batch if t.token == token and t.id in outcomes}
+        if mine:
+            await timers.finish(conn, mine, token=token, now=now)
 
 
 HANDLERS: Mapping[TimerKind, Handler] = {

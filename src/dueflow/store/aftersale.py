@@ -3,26 +3,36 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, insert, select, update
+from sqlalchemy import Row, and_, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store.schema import reminders, reviews
 
 REMINDER_PENDING = "pending"
+REMINDER_SENDING = "sending"
 REMINDER_SENT = "sent"
 
 
 async def claim_reminders(
-    conn: AsyncConnection, order_ids: Sequence[int], *, kind: str, now: datetime
+    conn: AsyncConnection,
+    order_ids: Sequence[int],
+    *,
+    kind: str,
+    now: datetime,
+    lease: timedelta,
+    token: str,
 ) -> list[Row[Any]]:
-    """The reminders of these orders that still need sending, creating the missing ones."""
+    """Take, for this handler alone, the reminders of these orders that still need sending
+    (creating the missing ones): pending ones, and ones whose sender's lease ran out."""
     if not order_ids:
         return []
-    query = select(reminders).where(reminders.c.order_id.in_(order_ids), reminders.c.kind == kind)
-    existing = {r.order_id for r in (await conn.execute(query)).all()}
+    of_orders = and_(reminders.c.order_id.in_(order_ids), reminders.c.kind == kind)
+    existing = {
+        r for r in (await conn.execute(select(reminders.c.order_id).where(of_orders))).scalars()
+    }
     missing = [oid for oid in order_ids if oid not in existing]
     if missing:
         await conn.execute(
@@ -32,20 +42,50 @@ async def claim_reminders(
                 for oid in missing
             ],
         )
-    pending = query.where(reminders.c.state == REMINDER_PENDING)
-    return list((await conn.execute(pending)).all())
+    takeable = or_(
+        reminders.c.state == REMINDER_PENDING,
+        and_(reminders.c.state == REMINDER_SENDING, reminders.c.lease_until <= now),
+    )
+    await conn.execute(
+        update(reminders)
+        .where(of_orders, takeable)
+        .values(state=REMINDER_SENDING, claim_token=token, lease_until=now + lease)
+    )
+    mine = select(reminders).where(of_orders, reminders.c.claim_token == token)
+    return list((await conn.execute(mine)).all())
 
 
-async def mark_sent(conn: AsyncConnection, reminder_ids: Sequence[int], now: datetime) -> int:
-    """Mark reminders sent."""
-    if not reminder_ids:
-        return 0
+async def reminder_states(
+    conn: AsyncConnection, order_ids: Sequence[int], *, kind: str
+) -> dict[int, str]:
+    """The state of each order's reminder of ``kind``."""
+    if not order_ids:
+        return {}
+    query = select(reminders.c.order_id, reminders.c.state).where(
+        reminders.c.order_id.in_(order_ids), reminders.c.kind == kind
+    )
+    return {order_id: state for order_id, state in (await conn.execute(query)).all()}
+
+
+async def settle_reminder(
+    conn: AsyncConnection, reminder_id: int, *, token: str, sent: bool, now: datetime
+) -> bool:
+    """Record that a claimed reminder was sent, or give it back to be sent later."""
+    values: dict[str, Any] = (
+        {"state": REMINDER_SENT, "sent_at": now, "lease_until": None}
+        if sent
+        else {"state": REMINDER_PENDING, "claim_token": None, "lease_until": None}
+    )
     result = await conn.execute(
         update(reminders)
-        .where(reminders.c.id.in_(reminder_ids), reminders.c.state == REMINDER_PENDING)
-        .values(state=REMINDER_SENT, sent_at=now)
+        .where(
+            reminders.c.id == reminder_id,
+            reminders.c.claim_token == token,
+            reminders.c.state == REMINDER_SENDING,
+        )
+        .values(**values)
     )
-    return int(result.rowcount)
+    return result.rowcount == 1
 
 
 async def reviewed_roles(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int, set[str]]:

@@ -168,8 +168,10 @@ reminders = Table(
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
     Column("kind", String(32), nullable=False),
-    # pending (claimed for sending) | sent
+    # pending | sending (claimed by one handler until lease_until) | sent
     Column("state", String(16), nullable=False),
+    Column("claim_token", String(32)),
+    Column("lease_until", UTCDateTime),
     Column("created_at", UTCDateTime, nullable=False),
     Column("sent_at", UTCDateTime),
     UniqueConstraint("order_id", "kind"),
