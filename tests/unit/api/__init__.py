@@ -1,0 +1,132 @@
+"""The JSON API in process: an app built from the routes and the error handler alone, called over
+httpx.ASGITransport, with a fake provider that starts payments and answers refunds."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from sqlalchemy import select
+
+from dueflow.api import errors, routes
+from dueflow.payments.base import (
+    Attempt,
+    CloseOutcome,
+    PaymentProvider,
+    PayStart,
+    Providers,
+    RefundOutcome,
+    RefundRequest,
+    RefundResult,
+    VerifiedPayment,
+)
+from dueflow.payments.manual import ManualProvider
+from dueflow.service import accounts
+from dueflow.service import payments as payment_service
+from dueflow.service.deps import Deps
+from dueflow.store import schema
+
+
+class FakePay(PaymentProvider):
+    """Starts trades with a made-up URL; answers refunds from ``refund_answers`` (then succeeds)."""
+
+    name = "fakepay"
+
+    def __init__(self) -> None:
+        self.refund_answers: list[RefundResult] = []
+
+    async def start(self, attempt: Attempt, *, subject: str) -> PayStart:
+        return PayStart(f"https://pay.example/{attempt.pay_no}")
+
+    async def close_or_query(self, attempt, now) -> CloseOutcome:
+        return CloseOutcome.closed("fake")
+
+    async def refund(self, request: RefundRequest) -> RefundOutcome:
+        result = self.refund_answers.pop(0) if self.refund_answers else RefundResult.SUCCEEDED
+        return RefundOutcome(result, f"fake {result.value}")
+
+
+@dataclass
+class Api:
+    """The app's client, the deps below it, and four callers' tokens."""
+
+    deps: Deps
+    client: httpx.AsyncClient
+    provider: FakePay
+    tokens: dict[str, str] = field(default_factory=dict)
+    ids: dict[str, int] = field(default_factory=dict)
+
+    def auth(self, who: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[who]}"} if who else {}
+
+    async def call(self, method: str, url: str, who: str | None, **kwargs: Any) -> httpx.Response:
+        headers = {**self.auth(who), **kwargs.pop("headers", {})}
+        return await self.client.request(method, url, headers=headers, **kwargs)
+
+    async def goods(self, price: str = "12.50") -> int:
+        answer = await self.call(
+            "POST", "/api/goods", "seller", json={"title": "tent", "price": price}
+        )
+        assert answer.status_code == 201, answer.text
+        return int(answer.json()["id"])
+
+    async def order(self) -> int:
+        goods_id = await self.goods()
+        answer = await self.call("POST", "/api/orders", "buyer", json={"goods_id": goods_id})
+        assert answer.status_code == 201, answer.text
+        return int(answer.json()["id"])
+
+    async def paid_order(self) -> int:
+        """An order paid through the fake provider (as if its notification arrived)."""
+        order_id = await self.order()
+        answer = await self.call(
+            "POST", f"/api/orders/{order_id}/payments", "buyer", json={"provider": "fakepay"}
+        )
+        assert answer.status_code == 201, answer.text
+        payment = VerifiedPayment(pay_no=answer.json()["pay_no"], amount=Decimal("12.50"))
+        await payment_service.confirm_payment(self.deps, payment, actor="fakepay")
+        return order_id
+
+    async def refund(self) -> int:
+        """A refund awaiting review: a paid order cancelled by its seller."""
+        order_id = await self.paid_order()
+        answer = await self.call("POST", f"/api/orders/{order_id}/cancel", "seller")
+        assert answer.status_code == 200, answer.text
+        [refund] = answer.json()["refunds"]
+        return int(refund["id"])
+
+
+def build_app(deps: Deps) -> FastAPI:
+    app = FastAPI()
+    errors.install(app)
+    app.include_router(routes.router(deps))
+    return app
+
+
+@asynccontextmanager
+async def running_api(deps: Deps) -> AsyncIterator[Api]:
+    provider = FakePay()
+    deps.providers = Providers([ManualProvider(), provider])
+    transport = httpx.ASGITransport(app=build_app(deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://dueflow") as client:
+        api = Api(deps, client, provider)
+        for role, admin in [("seller", False), ("buyer", False), ("stranger", False)]:
+            user, token = await accounts.add_user(deps, f"api-{role}", admin=admin)
+            api.tokens[role], api.ids[role] = token, user.id
+        user, token = await accounts.add_user(deps, "api-admin", admin=True)
+        api.tokens["admin"], api.ids["admin"] = token, user.id
+        yield api
+
+
+async def table_snapshot(deps: Deps) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table."""
+    async with deps.db.read() as conn:
+        return {
+            table.name: [tuple(r) for r in (await conn.execute(select(table))).all()]
+            for table in schema.metadata.sorted_tables
+        }

@@ -1,0 +1,227 @@
+"""Who may call what: every /api route against no token, a stranger, the buyer, the seller and
+an admin; and bad input refused with 4xx without changing a row."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.unit.api import Api, running_api, table_snapshot
+
+
+@pytest.fixture
+async def api(world) -> AsyncIterator[Api]:
+    async with running_api(world.deps) as api:
+        yield api
+
+
+async def shipped(api: Api) -> int:
+    order_id = await api.paid_order()
+    answer = await api.call(
+        "POST", f"/api/orders/{order_id}/ship", "seller", json={"carrier": "SF", "tracking_no": "1"}
+    )
+    assert answer.status_code == 200, answer.text
+    return order_id
+
+
+async def received(api: Api) -> int:
+    order_id = await shipped(api)
+    answer = await api.call("POST", f"/api/orders/{order_id}/confirm-receipt", "buyer")
+    assert answer.status_code == 200, answer.text
+    return order_id
+
+
+async def goods_body(api: Api, _: int) -> dict[str, Any]:
+    return {"goods_id": await api.goods()}
+
+
+@dataclass
+class Route:
+    """A route, the state it is called in, and each caller's expected status, in calling order
+    (refused callers first, so the allowed one still finds the state it needs)."""
+
+    method: str
+    path: str  # "{id}" is replaced by the id ``setup`` returns
+    expected: dict[str | None, int]
+    setup: Callable[[Api], Awaitable[int]] | None = None
+    body: dict[str, Any] | Callable[[Api, int], Awaitable[dict[str, Any]]] | None = None
+
+
+ADMIN_ONLY_GET = {None: 401, "stranger": 403, "buyer": 403, "seller": 403, "admin": 200}
+PARTIES = {None: 401, "stranger": 404, "admin": 403}
+
+ROUTES = {
+    "add goods": Route(
+        "POST",
+        "/api/goods",
+        {None: 401, "stranger": 201, "buyer": 201, "seller": 201, "admin": 201},
+        body={"title": "lamp", "price": "3.10"},
+    ),
+    "get goods": Route(
+        "GET",
+        "/api/goods/{id}",
+        {None: 401, "stranger": 200, "buyer": 200, "seller": 200, "admin": 200},
+        setup=Api.goods,
+    ),
+    "place order": Route(
+        "POST",
+        "/api/orders",
+        {None: 401, "seller": 403, "stranger": 201, "buyer": 201, "admin": 201},
+        body=goods_body,
+    ),
+    "get order": Route(
+        "GET",
+        "/api/orders/{id}",
+        {None: 401, "stranger": 404, "buyer": 200, "seller": 200, "admin": 200},
+        setup=Api.order,
+    ),
+    "pay": Route(
+        "POST",
+        "/api/orders/{id}/payments",
+        {**PARTIES, "seller": 404, "buyer": 201},
+        setup=Api.order,
+        body={"provider": "fakepay"},
+    ),
+    "buyer cancels unpaid": Route(
+        "POST",
+        "/api/orders/{id}/cancel",
+        {**PARTIES, "seller": 409, "buyer": 200},
+        setup=Api.order,
+    ),
+    "seller cancels paid": Route(
+        "POST",
+        "/api/orders/{id}/cancel",
+        {**PARTIES, "buyer": 409, "seller": 200},
+        setup=Api.paid_order,
+    ),
+    "ship": Route(
+        "POST",
+        "/api/orders/{id}/ship",
+        {**PARTIES, "buyer": 404, "seller": 200},
+        setup=Api.paid_order,
+        body={"carrier": "SF", "tracking_no": "SF1"},
+    ),
+    "confirm receipt": Route(
+        "POST",
+        "/api/orders/{id}/confirm-receipt",
+        {**PARTIES, "seller": 404, "buyer": 200},
+        setup=shipped,
+    ),
+    "review": Route(
+        "POST",
+        "/api/orders/{id}/reviews",
+        {**PARTIES, "buyer": 201, "seller": 201},
+        setup=received,
+        body={"rating": 4, "comment": "fine"},
+    ),
+    "add user": Route(
+        "POST",
+        "/api/admin/users",
+        {**ADMIN_ONLY_GET, "admin": 201},
+        body={"name": "dave", "admin": False},
+    ),
+    "overdue": Route("GET", "/api/admin/overdue", ADMIN_ONLY_GET),
+    "stuck timers": Route("GET", "/api/admin/timers?state=stuck", ADMIN_ONLY_GET),
+    "discrepancies": Route("GET", "/api/admin/discrepancies", ADMIN_ONLY_GET),
+    "refunds": Route("GET", "/api/admin/refunds?state=pending_review", ADMIN_ONLY_GET),
+    "approve refund": Route(
+        "POST", "/api/admin/refunds/{id}/approve", ADMIN_ONLY_GET, setup=Api.refund
+    ),
+    "retry refund": Route(
+        "POST",
+        "/api/admin/refunds/{id}/retry",
+        {**ADMIN_ONLY_GET, "admin": 409},  # a refund in review is approved, not retried
+        setup=Api.refund,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(ROUTES))
+async def test_authorization_matrix(api, name):
+    route = ROUTES[name]
+    item = await route.setup(api) if route.setup else 0
+    got = {}
+    for who in route.expected:
+        body = route.body
+        if callable(body):
+            body = await body(api, item)
+        answer = await api.call(route.method, route.path.format(id=item), who, json=body)
+        got[who] = answer.status_code
+        if answer.status_code >= 400:
+            assert set(answer.json()) == {"error"}, answer.text
+    assert got == route.expected
+
+
+async def test_a_stranger_learns_nothing_about_an_order(api):
+    order_id = await api.order()
+    hidden = await api.call("GET", f"/api/orders/{order_id}", "stranger")
+    missing = await api.call("GET", "/api/orders/999999", "stranger")
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json()["error"]["message"] == f"no order {order_id}"
+    assert missing.json()["error"]["message"] == "no order 999999"
+
+
+async def test_a_bad_token_is_unauthorized(api):
+    answer = await api.client.get("/api/goods/1", headers={"Authorization": "Bearer nope"})
+    assert answer.status_code == 401
+    assert answer.json()["error"]["code"] == "unauthorized"
+    assert answer.headers["www-authenticate"] == "Bearer"
+
+
+JSON = {"Content-Type": "application/json"}
+BAD_INPUT = [
+    ("POST", "/api/goods", {"content": b"{not json", "headers": JSON}, 400),
+    ("POST", "/api/goods", {"content": b"{not json"}, 422),
+    ("POST", "/api/goods", {"json": {"title": "x", "price": "1", "colour": "red"}}, 422),
+    ("POST", "/api/goods", {"json": {"title": "x", "price": 1}}, 422),
+    ("POST", "/api/goods", {"json": {"title": "x", "price": "-1"}}, 422),
+    ("POST", "/api/goods", {"json": {"title": "x" * 70_000, "price": "1"}}, 413),
+    ("POST", "/api/goods", {"json": ["title", "price"]}, 422),
+    ("POST", "/api/orders", {"json": {"goods_id": "1"}}, 422),
+    ("POST", "/api/orders", {"json": {"goods_id": 10**30}}, 422),
+    ("POST", "/api/orders", {"json": {"goods_id": "{goods}", "order_type": "nope"}}, 422),
+    ("POST", "/api/orders/{order}/payments", {"json": {"provider": "nope"}}, 422),
+    ("POST", "/api/orders/{order}/payments", {"json": {}}, 422),
+    ("GET", "/api/orders/abc", {}, 422),
+    ("POST", "/api/orders/{order}/reviews", {"json": {"rating": 9}}, 422),
+    ("POST", "/api/orders/{order}/reviews", {"json": {"rating": "5"}}, 422),
+    ("POST", "/api/admin/users", {"json": {"name": "bad name!"}}, 422),
+    ("POST", "/api/admin/users", {"json": {"name": "x", "admin": "yes"}}, 422),
+    ("GET", "/api/admin/timers?state=weird", {}, 422),
+    ("GET", "/api/admin/refunds?state=weird", {}, 422),
+]
+
+
+async def test_bad_input_is_refused_without_changing_a_row(api):
+    goods_id = await api.goods()
+    order_id = await api.order()
+    before = await table_snapshot(api.deps)
+    for method, path, kwargs, expected in BAD_INPUT:
+        if "json" in kwargs and isinstance(kwargs["json"], dict):
+            kwargs = {
+                "json": {k: goods_id if v == "{goods}" else v for k, v in kwargs["json"].items()}
+            }
+        who = "admin" if "/admin/" in path else "buyer"
+        answer = await api.call(method, path.format(order=order_id), who, **kwargs)
+        assert answer.status_code == expected, (path, kwargs, answer.text)
+        assert "error" in answer.json()
+    assert await table_snapshot(api.deps) == before
+
+
+async def test_a_huge_streamed_body_is_refused(api):
+    async def chunks():
+        for _ in range(100):
+            yield b" " * 1024
+
+    before = await table_snapshot(api.deps)
+    answer = await api.client.post(
+        "/api/goods",
+        content=chunks(),
+        headers={**api.auth("seller"), "Content-Type": "application/json"},
+    )
+    assert answer.status_code == 413
+    assert answer.json()["error"]["code"] == "body_too_large"
+    assert await table_snapshot(api.deps) == before

@@ -1,0 +1,142 @@
+"""The happy path of every /api route, in process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import update
+
+from dueflow.payments.base import RefundResult
+from dueflow.store import schema
+from tests.unit.api import Api, running_api
+
+
+@pytest.fixture
+async def api(world) -> AsyncIterator[Api]:
+    async with running_api(world.deps) as api:
+        yield api
+
+
+async def test_goods_are_added_and_read_with_money_as_strings(api):
+    answer = await api.call("POST", "/api/goods", "seller", json={"title": "tent", "price": "88"})
+    assert answer.status_code == 201, answer.text
+    goods = answer.json()
+    assert goods["price"] == "88.00"
+    assert goods["seller_id"] == api.ids["seller"]
+    answer = await api.call("GET", f"/api/goods/{goods['id']}", "stranger")
+    assert answer.status_code == 200
+    assert answer.json()["title"] == "tent"
+
+
+async def test_an_order_is_placed_viewed_and_paid(api):
+    goods_id = await api.goods()
+    answer = await api.call("POST", "/api/orders", "buyer", json={"goods_id": goods_id})
+    assert answer.status_code == 201
+    order = answer.json()
+    assert (order["status"], order["amount"]) == ("pending_payment", "12.50")
+    assert order["pay_deadline"].endswith("+00:00")
+    answer = await api.call("GET", f"/api/orders/{order['id']}", "seller")
+    assert answer.status_code == 200
+    assert [e["event"] for e in answer.json()["timeline"]] == ["place"]
+    answer = await api.call(
+        "POST", f"/api/orders/{order['id']}/payments", "buyer", json={"provider": "fakepay"}
+    )
+    assert answer.status_code == 201
+    assert answer.json()["pay_url"] == f"https://pay.example/{answer.json()['pay_no']}"
+
+
+async def test_a_second_order_for_held_goods_is_a_conflict(api):
+    goods_id = await api.goods()
+    await api.call("POST", "/api/orders", "buyer", json={"goods_id": goods_id})
+    answer = await api.call("POST", "/api/orders", "stranger", json={"goods_id": goods_id})
+    assert answer.status_code == 409
+    assert answer.json()["error"]["code"] == "goods_unavailable"
+
+
+async def test_the_buyer_cancels_before_paying(api):
+    order_id = await api.order()
+    answer = await api.call("POST", f"/api/orders/{order_id}/cancel", "buyer")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"].startswith("cancel")
+
+
+async def test_ship_receive_review_to_completion(api):
+    order_id = await api.paid_order()
+    answer = await api.call(
+        "POST",
+        f"/api/orders/{order_id}/ship",
+        "seller",
+        json={"carrier": "SF", "tracking_no": "SF123"},
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "shipped"
+    answer = await api.call("POST", f"/api/orders/{order_id}/confirm-receipt", "buyer")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "received"
+    for who in ("buyer", "seller"):
+        answer = await api.call(
+            "POST", f"/api/orders/{order_id}/reviews", who, json={"rating": 5, "comment": "ok"}
+        )
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["role"] == who
+    assert answer.json()["order"]["status"] == "completed"
+    answer = await api.call("POST", f"/api/orders/{order_id}/reviews", "buyer", json={"rating": 4})
+    assert answer.status_code == 409
+
+
+async def test_the_seller_cancels_and_an_admin_approves_the_refund(api):
+    refund_id = await api.refund()
+    answer = await api.call("GET", "/api/admin/refunds?state=pending_review", "admin")
+    assert answer.status_code == 200
+    assert [r["id"] for r in answer.json()] == [refund_id]
+    assert answer.json()[0]["amount"] == "12.50"
+    answer = await api.call("POST", f"/api/admin/refunds/{refund_id}/approve", "admin")
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"id": refund_id, "state": "succeeded"}
+
+
+async def test_a_failed_refund_is_retried(api):
+    refund_id = await api.refund()
+    api.provider.refund_answers = [RefundResult.FAILED]
+    answer = await api.call("POST", f"/api/admin/refunds/{refund_id}/approve", "admin")
+    assert answer.json()["state"] == "failed"
+    answer = await api.call("POST", f"/api/admin/refunds/{refund_id}/retry", "admin")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["state"] == "succeeded"
+    answer = await api.call("POST", f"/api/admin/refunds/{refund_id}/retry", "admin")
+    assert answer.status_code == 409
+
+
+async def test_an_admin_adds_users_who_can_then_call(api):
+    answer = await api.call("POST", "/api/admin/users", "admin", json={"name": "carol"})
+    assert answer.status_code == 201
+    created = answer.json()
+    assert (created["name"], created["admin"]) == ("carol", False)
+    answer = await api.client.get(
+        "/api/goods/1", headers={"Authorization": f"Bearer {created['token']}"}
+    )
+    assert answer.status_code in (200, 404)
+    answer = await api.call("POST", "/api/admin/users", "admin", json={"name": "carol"})
+    assert answer.status_code == 422
+
+
+async def test_admin_sees_overdue_and_stuck_timers_and_discrepancies(api, world):
+    order_id = await api.order()
+    answer = await api.call("GET", "/api/admin/overdue", "admin")
+    assert answer.status_code == 200 and answer.json() == []
+    world.clock.advance(timedelta(days=30))
+    answer = await api.call("GET", "/api/admin/overdue", "admin")
+    overdue = answer.json()
+    assert {t["order_id"] for t in overdue} == {order_id}
+    assert {t["order_status"] for t in overdue} == {"pending_payment"}
+    async with api.deps.db.write() as conn:
+        await conn.execute(update(schema.timers).values(stuck=True))
+    answer = await api.call("GET", "/api/admin/timers?state=stuck", "admin")
+    assert answer.status_code == 200
+    assert {t["order_id"] for t in answer.json()} == {order_id}
+    answer = await api.call("GET", "/api/admin/timers?state=done", "admin")
+    assert answer.json() == []
+    answer = await api.call("GET", "/api/admin/discrepancies", "admin")
+    assert answer.status_code == 200 and answer.json() == []
