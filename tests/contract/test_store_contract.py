@@ -120,15 +120,26 @@ async def test_payment_and_deadline_race_has_one_winner(backend_world, backend_u
         )
     w.clock.advance(timedelta(minutes=30))
 
+    async def again_while_busy(action) -> None:
+        """What a client does with "busy, try again" (a lock wait or a deadlock victim)."""
+        for _ in range(20):
+            try:
+                return await action()
+            except Busy:
+                await asyncio.sleep(0.01)
+        raise AssertionError("still busy after 20 tries")
+
     async def pay(order_id: int) -> None:
         async with bootstrap.running(settings, clock=w.clock, migrate_sqlite=False) as deps:
-            await payments.record_manual_payment(deps, order_id=order_id, amount="12.50")
+            await again_while_busy(
+                lambda: payments.record_manual_payment(deps, order_id=order_id, amount="12.50")
+            )
 
     async def expire() -> None:
         async with bootstrap.running(settings, clock=w.clock, migrate_sqlite=False) as deps:
             from dueflow.worker.runner import Worker
 
-            await Worker(deps).drain()
+            await again_while_busy(Worker(deps).drain)
 
     await asyncio.gather(expire(), *(pay(o) for o in placed))
     for order_id in placed:

@@ -93,6 +93,10 @@ class Database:
             kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
         else:
             kwargs["pool_pre_ping"] = True
+        if parsed.get_backend_name() in ("mysql", "mariadb"):
+            # The same semantics as PostgreSQL's default: conditional UPDATEs and FOR UPDATE
+            # see the latest committed row, and InnoDB takes no gap locks (far fewer deadlocks).
+            kwargs["isolation_level"] = "READ COMMITTED"
         engine = create_async_engine(full, **kwargs)
         if parsed.get_backend_name() == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_connect)
