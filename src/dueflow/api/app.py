@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy import text
 
 from dueflow.api import errors, notify, routes
+from dueflow.exceptions import DueflowError
+from dueflow.service import report
 from dueflow.service.deps import Deps
 
 
@@ -19,5 +26,38 @@ def create_app(deps: Deps) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
         return JSONResponse({"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        try:
+            async with deps.db.read() as conn:
+                await conn.execute(text("SELECT 1"))
+        except DueflowError as exc:
+            return JSONResponse({"status": "unavailable", "error": exc.message}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        snap = await report.snapshot(deps)
+        m = deps.metrics
+        m.overdue.set(snap.overdue)
+        m.stuck.set(snap.stuck)
+        m.discrepancies.set(snap.discrepancies)
+        for state, count in snap.refunds.items():
+            m.refunds.labels(state).set(count)
+        for status, count in snap.orders.items():
+            m.orders.labels(status).set(count)
+        return Response(m.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.middleware("http")
+    async def timed(request: Request, call_next: Any) -> Any:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        deps.metrics.http_latency.labels(request.method, path, str(response.status_code)).observe(
+            time.perf_counter() - started
+        )
+        return response
 
     return app

@@ -11,6 +11,7 @@ from dueflow.clock import Clock
 from dueflow.domain.deadlines import DeadlinePolicy
 from dueflow.domain.lifecycle import MARKETPLACE, Lifecycle
 from dueflow.locks import Locks, NoLocks
+from dueflow.metrics import Metrics
 from dueflow.notifiers.base import Notifier
 from dueflow.payments.base import Providers
 from dueflow.store.db import Database
@@ -43,6 +44,7 @@ class Deps:
     scan_grace: timedelta = timedelta(seconds=5)
     provider_concurrency: int = 32
     trigger_errors: int = 0
+    metrics: Metrics = field(default_factory=Metrics)
 
     async def arm(self, armed: Sequence[Armed]) -> None:
         """Tell the trigger about committed timers. Trigger trouble never fails the caller: the

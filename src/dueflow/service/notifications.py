@@ -64,15 +64,20 @@ async def receive(
         outcome = await _apply(deps, provider_name, note)
     except (NotificationRejected, DomainError) as exc:
         log.warning("%s notification %s rejected: %s", provider_name, inbox_id, exc.message)
-        return await _judged(deps, inbox_id, note, accepted=False, outcome="rejected", error=exc)
+        return await _judged(
+            deps, provider_name, inbox_id, note, accepted=False, outcome="rejected", error=exc
+        )
     except (BackendError, ProviderError) as exc:
         log.error("%s notification %s not applied: %s", provider_name, inbox_id, exc.message)
-        return await _judged(deps, inbox_id, note, accepted=False, outcome="error", error=exc)
-    return await _judged(deps, inbox_id, note, accepted=True, outcome=outcome)
+        return await _judged(
+            deps, provider_name, inbox_id, note, accepted=False, outcome="error", error=exc
+        )
+    return await _judged(deps, provider_name, inbox_id, note, accepted=True, outcome=outcome)
 
 
 async def _judged(
     deps: Deps,
+    provider: str,
     inbox_id: int,
     note: ProviderNotification | None,
     *,
@@ -80,6 +85,7 @@ async def _judged(
     outcome: str,
     error: Exception | None = None,
 ) -> Receipt:
+    deps.metrics.notifications.labels(provider, outcome).inc()
     message = getattr(error, "message", str(error)) if error is not None else ""
     code = getattr(error, "code", "error")
     async with deps.db.write() as conn:

@@ -48,14 +48,21 @@ class Worker:
             by_kind[timer.kind].append(timer)
         self.stats.claimed += len(claimed)
         self.stats.batches += 1
+        metrics = self.deps.metrics
         for kind, group in by_kind.items():
             self.stats.by_kind[kind.value] += len(group)
+            metrics.claimed(
+                kind.value, [(t.deadline_at, t.attempts) for t in group], self.deps.clock.now()
+            )
             try:
                 await self.handlers[kind](self.deps, group)
             except Exception as exc:
                 self.stats.failed_batches += 1
+                metrics.fired.labels(kind.value, "failed").inc(len(group))
                 log.exception("%s handler failed for %d timers", kind.value, len(group))
                 await self._give_back(group, f"{type(exc).__name__}: {exc}")
+            else:
+                metrics.fired.labels(kind.value, "ran").inc(len(group))
         if not self.deps.trigger.polls_database:
             await self._rearm_retried(claimed)
 
