@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
-import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -68,12 +66,10 @@ async def _with_deps(settings: Settings, action: Callable[[Deps], Awaitable[T]])
         return await action(deps)
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+def _logging(verbose: bool, settings: Settings) -> None:
+    from dueflow import logs
+
+    logs.configure(verbose=verbose, json_lines=settings.log_format == "json")
 
 
 @app.command()
@@ -306,8 +302,8 @@ def worker(
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
     """Run timers as they come due, and the scanner, until SIGINT or SIGTERM."""
-    _logging(verbose)
     settings = _settings()
+    _logging(verbose, settings)
 
     async def go(deps: Deps) -> None:
         stop = asyncio.Event()
@@ -343,8 +339,8 @@ def serve(
     keys are handed to dueflow's settings."""
     from dueflow import server
 
-    _logging(verbose)
     settings = _settings()
+    _logging(verbose, settings)
     _run(server.serve(settings, host=host, port=port, worker=not no_worker, console=err))
 
 

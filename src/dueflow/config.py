@@ -80,6 +80,8 @@ class Settings(BaseSettings):
     wechatpay_public_key: str | None = None
     wechatpay_api_v3_key: str | None = None
 
+    log_format: Literal["text", "json"] = "text"
+
     notifier: Literal["log", "webhook"] = "log"
     notifier_url: str | None = None
     notifier_secret: str = ""

@@ -159,7 +159,12 @@ async def _refund_late_payment(
     await orders.record_events(
         conn, [order.id], event="late_payment_refund", actor=actor, now=now, detail=detail
     )
-    log.error("DISCREPANCY %s: %s; a refund awaits review", kind, detail)
+    log.error(
+        "DISCREPANCY %s: %s; a refund awaits review",
+        kind,
+        detail,
+        extra={"order_id": order.id, "pay_no": attempt.pay_no},
+    )
 
 
 async def record_manual_payment(
