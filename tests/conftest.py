@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import shutil
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,6 +100,37 @@ async def world(settings: Settings) -> AsyncIterator[World]:
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+async def eventually(
+    predicate: Callable[[], Any], seconds: float = 5.0, interval: float = 0.01
+) -> bool:
+    """Poll ``predicate`` (sync or async) until it holds or ``seconds`` of real time pass.
+
+    The one place tests wait in real time: for a task, a process or a broker to get somewhere,
+    never for a deadline (deadlines move with a FakeClock)."""
+    limit = time.monotonic() + seconds
+    while True:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return True
+        if time.monotonic() >= limit:
+            return False
+        await asyncio.sleep(interval)
+
+
+def eventually_sync(
+    predicate: Callable[[], Any], seconds: float = 5.0, interval: float = 0.01
+) -> bool:
+    """:func:`eventually` for code outside an event loop (a subprocess, a server thread)."""
+    limit = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() >= limit:
+            return False
+        time.sleep(interval)
+    return True
 
 
 # --- real services -------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from dueflow.timers import registry
 from dueflow.timers.redis import RedisTrigger, from_ms, to_ms
 from dueflow.worker.runner import Worker, feed_between
 from dueflow.worker.scanner import scan_once
-from tests.conftest import START, in_ci
+from tests.conftest import START, eventually, in_ci
 
 pytestmark = pytest.mark.redis
 
@@ -262,10 +262,7 @@ async def test_wake_releases_a_pending_wait_promptly(prefix: str, r: aioredis.Re
     try:
         blocked_before = int((await r.info("clients"))["blocked_clients"])
         task = asyncio.create_task(t.wait(clock, clock.now() + timedelta(seconds=30)))
-        for _ in range(200):  # until the wait is blocked in BLPOP (bounded)
-            if int((await r.info("clients"))["blocked_clients"]) > blocked_before:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: blocked(r, blocked_before), 2)  # until it blocks in BLPOP
         assert not task.done()
         started = time.monotonic()
         t.wake()
@@ -294,10 +291,7 @@ async def test_arming_wakes_a_blocked_wait_for_a_sooner_timer(
     try:
         blocked_before = int((await r.info("clients"))["blocked_clients"])
         task = asyncio.create_task(waiter.wait(clock, clock.now() + timedelta(seconds=30)))
-        for _ in range(200):
-            if int((await r.info("clients"))["blocked_clients"]) > blocked_before:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: blocked(r, blocked_before), 2)
         started = time.monotonic()
         await armer.armed([Armed(51, clock.now())])
         assert await asyncio.wait_for(task, timeout=2) == [51]
@@ -439,10 +433,7 @@ async def test_worker_loop_runs_timers_through_redis(
     task = asyncio.create_task(world.worker.run(stop))
     try:
         world.clock.set(await pay_deadline(world, order_id) + timedelta(seconds=1))
-        for _ in range(300):  # the worker's progress, bounded; no deadline is slept for
-            if await status(world, order_id) == "cancelled_unpaid":
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: is_status(world, order_id, "cancelled_unpaid"), 3)
         assert await status(world, order_id) == "cancelled_unpaid"
     finally:
         stop.set()
@@ -495,3 +486,12 @@ async def test_place_order_commits_when_redis_is_down(world) -> None:
         assert TimerKind.CANCEL_UNPAID in await timer_ids(world, order_id)
     finally:
         await world.deps.trigger.close()
+
+
+async def blocked(r: aioredis.Redis, before: int) -> bool:
+    """More clients are blocked (in BLPOP) than ``before``."""
+    return int((await r.info("clients"))["blocked_clients"]) > before
+
+
+async def is_status(world, order_id: int, wanted: str) -> bool:
+    return await status(world, order_id) == wanted

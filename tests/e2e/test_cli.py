@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import eventually_sync
+
 DUEFLOW = Path(sys.executable).parent / "dueflow"
 
 
@@ -119,9 +121,10 @@ def test_demo_runs_and_checks_its_invariants(cli):
 
 def test_simulator_serves_its_keys_and_an_alipay_gateway(cli, tmp_path):
     import socket
-    import time
 
     import httpx
+
+    from tests.e2e.test_serve import answers
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -132,14 +135,9 @@ def test_simulator_serves_its_keys_and_an_alipay_gateway(cli, tmp_path):
             [str(DUEFLOW), "simulator", "--port", str(port)], env=env, stdout=log, stderr=log
         )
     try:
-        keys = None
-        limit = time.monotonic() + 30
-        while keys is None and time.monotonic() < limit:
-            try:
-                keys = httpx.get(f"http://127.0.0.1:{port}/control/keys", timeout=1).json()
-            except httpx.HTTPError:
-                time.sleep(0.1)  # waiting for the process to listen, not for a deadline
-        assert keys is not None, (tmp_path / "sim.log").read_text()
+        url = f"http://127.0.0.1:{port}/control/keys"
+        assert eventually_sync(lambda: answers(url), 30, 0.1), (tmp_path / "sim.log").read_text()
+        keys = httpx.get(url, timeout=5).json()
         assert keys["alipay_app_id"].startswith("2021")
         assert keys["wechatpay_public_key_id"].startswith("PUB_KEY_ID_")
         unsigned = httpx.get(f"http://127.0.0.1:{port}/alipay/gateway.do", timeout=5)

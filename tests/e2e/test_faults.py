@@ -7,12 +7,10 @@ test waits (bounded) for the processes, never for a deadline of its own.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -22,7 +20,7 @@ from sqlalchemy import func, insert, select, text
 
 from dueflow.store.db import Database
 from dueflow.store.schema import goods, order_events, orders, timers, users
-from tests.conftest import SERVICE_URLS, _reset_server_database, require_service
+from tests.conftest import SERVICE_URLS, _reset_server_database, eventually, require_service
 
 DUEFLOW = Path(sys.executable).parent / "dueflow"
 PG = SERVICE_URLS["postgres"]
@@ -137,15 +135,6 @@ async def scalar(db: Database, query) -> int:
         return int((await conn.execute(query)).scalar_one())
 
 
-async def wait_until(predicate, seconds: float) -> bool:
-    limit = time.monotonic() + seconds
-    while time.monotonic() < limit:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return False
-
-
 async def all_cancelled_once(db: Database, count: int) -> None:
     cancelled = (
         select(func.count()).select_from(orders).where(orders.c.status == "cancelled_unpaid")
@@ -180,14 +169,14 @@ async def test_sigkill_one_of_three_workers_mid_batch(pg, tmp_path):
         async def midway() -> bool:
             return 0 < await scalar(pg, done) < count and await scalar(pg, claimed) > 0
 
-        assert await wait_until(midway, 30), "the workers never got going"
+        assert await eventually(midway, 30), "the workers never got going"
         workers[0].send_signal(signal.SIGKILL)
         workers[0].wait(timeout=10)
 
         async def finished() -> bool:
             return await scalar(pg, done) == count
 
-        assert await wait_until(finished, 60), "timers left undone after the kill"
+        assert await eventually(finished, 60), "timers left undone after the kill"
     finally:
         for w in workers[1:]:
             w.terminate()
@@ -205,7 +194,7 @@ async def test_dropped_database_connections_are_survived(pg, tmp_path):
         async def first_done() -> bool:
             return await scalar(pg, done) == 100
 
-        assert await wait_until(first_done, 30)
+        assert await eventually(first_done, 30)
         async with pg.engine.connect() as conn:
             await conn.execute(
                 text(
@@ -220,7 +209,7 @@ async def test_dropped_database_connections_are_survived(pg, tmp_path):
         async def second_done() -> bool:
             return await scalar(pg, done) == 200
 
-        assert await wait_until(second_done, 30), (tmp_path / "worker.log").read_text()[-3000:]
+        assert await eventually(second_done, 30), (tmp_path / "worker.log").read_text()[-3000:]
     finally:
         worker.terminate()
         assert worker.wait(timeout=20) == 0
@@ -237,13 +226,13 @@ async def lose_midway(pg: Database, count: int, lose) -> None:
     async def midway() -> bool:
         return 0 < await scalar(pg, done) < count
 
-    assert await wait_until(midway, 30), "the workers never got going"
+    assert await eventually(midway, 30), "the workers never got going"
     await lose()
 
     async def finished() -> bool:
         return await scalar(pg, done) == count
 
-    assert await wait_until(finished, 60), "timers left undone after the trigger lost them"
+    assert await eventually(finished, 60), "timers left undone after the trigger lost them"
 
 
 @pytest.mark.redis

@@ -3,13 +3,11 @@ notified over real HTTP, and a graceful stop."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,8 +16,17 @@ import pytest
 from dueflow import bootstrap
 from dueflow.config import load_settings
 from dueflow.service import accounts, orders, payments
+from tests.conftest import eventually, eventually_sync
 
 DUEFLOW = Path(sys.executable).parent / "dueflow"
+
+
+def answers(url: str) -> bool:
+    """The server at ``url`` is up and says 200."""
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def free_port() -> int:
@@ -40,14 +47,7 @@ def server(tmp_path: Path):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        limit = time.monotonic() + 30
-        while time.monotonic() < limit:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)  # waiting for the process to listen
-        else:
+        if not eventually_sync(lambda: answers(f"{base}/healthz"), 30, 0.1):
             pytest.fail((tmp_path / "serve.log").read_text())
         yield base, db, proc
     finally:
@@ -75,12 +75,11 @@ async def test_a_payment_through_the_mounted_simulator_is_notified_over_http(ser
             trade = {"provider": "alipay", "out_trade_no": pay_no}
             assert (await sim.post("/control/scan", json=trade)).status_code == 200
             assert (await sim.post("/control/pay", json=trade)).status_code == 200
-        limit = time.monotonic() + 20
-        status = "pending_payment"
-        while status == "pending_payment" and time.monotonic() < limit:
-            status = (await orders.order_view(deps, order_id))["status"]
-            if status == "pending_payment":
-                await asyncio.sleep(0.1)  # the server's simulator notifies us over HTTP
-        assert status == "pending_shipment"
+
+        async def notified() -> bool:  # the server's simulator notifies it over HTTP
+            return (await orders.order_view(deps, order_id))["status"] != "pending_payment"
+
+        await eventually(notified, 20, 0.1)
+        assert (await orders.order_view(deps, order_id))["status"] == "pending_shipment"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0

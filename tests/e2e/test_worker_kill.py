@@ -37,6 +37,7 @@ from dueflow.store import timers as store_timers
 from dueflow.store.schema import goods, orders
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import scan_once
+from tests.conftest import eventually_sync
 
 DUEFLOW = Path(sys.executable).parent / "dueflow"
 ORDERS = 3000
@@ -169,11 +170,12 @@ def wait_for(
     proc: subprocess.Popen[bytes], what: str, ready: Callable[[], bool], limit: float = 60.0
 ) -> None:
     """Poll (bounded) until ``ready()``; fail if the worker dies or time runs out."""
-    end = time.monotonic() + limit
-    while not ready():
+
+    def ready_or_dead() -> bool:
         assert proc.poll() is None, f"the worker exited ({proc.returncode}) before {what}"
-        assert time.monotonic() < end, f"gave up waiting for {what}"
-        time.sleep(0.003)
+        return ready()
+
+    assert eventually_sync(ready_or_dead, limit, 0.003), f"gave up waiting for {what}"
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

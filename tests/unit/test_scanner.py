@@ -19,6 +19,7 @@ from dueflow.store.schema import timers as t_timers
 from dueflow.store.timers import Claimed
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import ScanReport, run_scanner, scan_once
+from tests.conftest import eventually
 
 K = TimerKind
 US = timedelta(microseconds=1)
@@ -209,20 +210,18 @@ async def test_run_scanner_scans_at_start_and_every_interval(world):
     stop = asyncio.Event()
     task = asyncio.create_task(run_scanner(world.worker, stop))
     try:
-        for _ in range(500):  # real-time polling only lets the task run
-            if world.notifier.sent:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: world.notifier.sent)  # lets the task run; no deadline waited
         assert [r.order_id for r in world.notifier.sent] == [order_id]
         assert await status(world, order_id) == "pending_payment"
 
         world.clock.advance(timedelta(minutes=25))  # past the pay deadline and an interval
-        for _ in range(500):
-            if await status(world, order_id) == "cancelled_unpaid":
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: _is(world, order_id, "cancelled_unpaid"))
         assert await status(world, order_id) == "cancelled_unpaid"
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=5)
     assert (await timer(world, order_id, K.CANCEL_UNPAID)).outcome == "cancelled"
+
+
+async def _is(world, order_id: int, wanted: str) -> bool:
+    return await status(world, order_id) == wanted

@@ -20,6 +20,7 @@ from dueflow.store.schema import goods, order_events, orders, refunds, reminders
 from dueflow.store.schema import timers as t_timers
 from dueflow.store.timers import Claimed
 from dueflow.worker.runner import Worker
+from tests.conftest import eventually
 
 K = TimerKind
 US = timedelta(microseconds=1)
@@ -474,11 +475,8 @@ async def test_batches_grow_under_a_backlog_and_shrink_after(world):
 
 async def wait_for(predicate, seconds: float = 5.0) -> None:
     """Give the worker task time to run (real time only; deadlines move by the FakeClock)."""
-    for _ in range(int(seconds / 0.01)):
-        if await predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the worker loop did not get there in time")
+    if not await eventually(predicate, seconds):
+        raise AssertionError("the worker loop did not get there in time")
 
 
 async def test_run_loop_sleeps_until_the_due_time_and_wakes(world):

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,6 +29,7 @@ from dueflow.payments.rsa import generate_keypair
 from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator import app as simulator_app
 from dueflow.payments.simulator.state import Provider
+from tests.conftest import eventually_sync
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)  # 20:00 in Beijing
 EXPIRE = "2026-03-01 20:30:00"  # START + 30 minutes, Beijing time
@@ -148,10 +148,8 @@ def served(app: FastAPI) -> Iterator[str]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
+        assert eventually_sync(lambda: server.started or not thread.is_alive(), 10)
+        assert server.started, "uvicorn did not start"
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
