@@ -3,55 +3,19 @@ deleted afterwards). TTL expiry is forced with PEXPIREAT in the past, never slep
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-import redis
 import redis.asyncio as aioredis
 
 from dueflow.exceptions import BackendUnavailable, Busy
 from dueflow.locks import NoLocks, RedisLocks, held
-from tests.conftest import in_ci
+from tests.contract.conftest import REDIS_URL
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("redis_available")]
 
-REDIS_URL = os.environ.get("DUEFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 TTL = timedelta(seconds=30)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def redis_available() -> Iterator[None]:
-    """Skip without a local Redis; in CI (CI=true) a missing Redis is a failure."""
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        if in_ci():
-            pytest.fail(f"Redis at {REDIS_URL} is required in CI: {exc}")
-        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
-    finally:
-        client.close()
-    yield
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"test-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-async def r(prefix: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        yield client
-    finally:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()
 
 
 @pytest.fixture

@@ -8,10 +8,8 @@ Deadlines come from FakeClocks; the only real wait is the bounded sub-second one
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -32,45 +30,12 @@ from dueflow.timers import registry
 from dueflow.timers.redis import RedisTrigger, from_ms, to_ms
 from dueflow.worker.runner import Worker, feed_between
 from dueflow.worker.scanner import scan_once
-from tests.conftest import START, eventually, in_ci
+from tests.conftest import START, eventually
+from tests.contract.conftest import REDIS_URL
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("redis_available")]
 
-REDIS_URL = os.environ.get("DUEFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 DOWN_URL = "redis://127.0.0.1:1/0"  # nothing listens there
-
-
-@pytest.fixture(scope="module", autouse=True)
-def redis_available() -> Iterator[None]:
-    """Skip without a local Redis; in CI (CI=true) a missing Redis is a failure."""
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        if in_ci():
-            pytest.fail(f"Redis at {REDIS_URL} is required in CI: {exc}")
-        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
-    finally:
-        client.close()
-    yield
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"test-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-async def r(prefix: str) -> AsyncIterator[aioredis.Redis]:
-    """A client for looking at (and, at teardown, deleting) this test's keys."""
-    client = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        yield client
-    finally:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()
 
 
 @pytest.fixture
