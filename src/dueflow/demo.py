@@ -232,7 +232,7 @@ async def run(
                 deps,
                 notifier,
                 sim,
-                orders=orders,
+                count=orders,
                 seed=seed,
                 live=live,
                 console=console,
@@ -255,7 +255,7 @@ async def _simulate(
     notifier: LogNotifier,
     sim: httpx.AsyncClient,
     *,
-    orders: int,
+    count: int,
     seed: int,
     live: bool,
     console: Console,
@@ -265,7 +265,7 @@ async def _simulate(
     sellers = [(await accounts.add_user(deps, f"seller{i}"))[0] for i in range(3)]
     buyers = [(await accounts.add_user(deps, f"buyer{i}"))[0] for i in range(10)]
     console.print(
-        f"dueflow demo: {orders} orders, {len(buyers)} buyers, {len(sellers)} sellers, "
+        f"dueflow demo: {count} orders, {len(buyers)} buyers, {len(sellers)} sellers, "
         f"dev profile at {speed:g}x (pay {deps.policy.durations('normal').pay}, "
         f"ship {deps.policy.durations('normal').ship})"
     )
@@ -279,7 +279,7 @@ async def _simulate(
     habits: dict[int, Person] = {}
     tasks: list[asyncio.Task[None]] = []
     pay = deps.policy.durations("normal").pay
-    for n in range(orders):
+    for n in range(count):
         seller, buyer = sellers[n % len(sellers)], rng.choice(buyers)
         goods_id = await accounts.add_goods(
             deps,
@@ -294,10 +294,10 @@ async def _simulate(
             rng.random() < 0.4,
             rng.random() < 0.3,
         )
-        order_id = await orders_service_place(deps, buyer.id, goods_id)
+        order_id = await orders.place_order(deps, buyer_id=buyer.id, goods_id=goods_id)
         habits[order_id] = person
         tasks.append(asyncio.create_task(market.life(order_id, person, buyer.id, seller.id)))
-        await market.at(deps.clock.now(), rng.uniform(0, 1.0 / max(orders, 1)), pay)
+        await market.at(deps.clock.now(), rng.uniform(0, 1.0 / max(count, 1)), pay)
     if live:
         with Live(console=console, refresh_per_second=4, transient=False) as view:
             await _wait_until_settled(deps, tasks, view)
@@ -307,11 +307,6 @@ async def _simulate(
     deps.trigger.wake()
     await asyncio.gather(*background)
     return await _summarise(deps, notifier, market, habits, console, speed)
-
-
-async def orders_service_place(deps: Deps, buyer_id: int, goods_id: int) -> int:
-    """Place one order."""
-    return await orders.place_order(deps, buyer_id=buyer_id, goods_id=goods_id)
 
 
 async def _summarise(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import and_, func, select
 
@@ -71,8 +71,6 @@ _DEADLINES = {
 async def check_invariants(deps: Deps, *, tolerance_seconds: float = 5.0) -> Invariants:
     """Check the promises: nothing held by a dead order, no order left past its deadline (beyond
     ``tolerance_seconds``), no reminder or review twice, no goods held by two live orders."""
-    from datetime import timedelta
-
     now = deps.clock.now()
     late = now - timedelta(seconds=tolerance_seconds)
     result = Invariants()

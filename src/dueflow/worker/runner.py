@@ -9,7 +9,7 @@ import socket
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from dueflow.domain.timers import TimerKind
 from dueflow.service.deps import Deps
@@ -196,8 +196,3 @@ async def feed_between(worker: Worker, since: datetime | None, until: datetime) 
         await deps.trigger.feed(page)
         fed += len(page)
         after = (page[-1].due_at, page[-1].id)
-
-
-def lease_seconds(lease: timedelta) -> float:
-    """A lease in seconds, for logs."""
-    return lease.total_seconds()
