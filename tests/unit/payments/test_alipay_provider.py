@@ -34,7 +34,7 @@ from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator import app as simulator_app
 from dueflow.payments.simulator.state import Provider
 
-from .test_simulator_alipay import START, Receiver, control, sim_client, sim_config
+from .test_simulator_alipay import START, Receiver, control
 
 NOTIFY_URL = "http://merchant.test/notify/alipay"
 EXPIRES = START + timedelta(minutes=30)
@@ -76,36 +76,10 @@ def make_provider(
     return AlipayProvider(**{**options, **changes})
 
 
-@pytest.fixture(scope="module")
-def base_config() -> SimulatorConfig:
-    return SimulatorConfig.generate()
-
-
 @pytest.fixture
-def receiver() -> Receiver:
-    return Receiver()
-
-
-@pytest.fixture
-def config(base_config: SimulatorConfig, receiver: Receiver) -> SimulatorConfig:
-    return sim_config(base_config, receiver, hang_seconds=0.01)
-
-
-@pytest.fixture
-def clock(config: SimulatorConfig) -> FakeClock:
-    assert isinstance(config.clock, FakeClock)
-    return config.clock
-
-
-@pytest.fixture
-def app(config: SimulatorConfig) -> FastAPI:
-    return simulator_app.create_app(config)
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with sim_client(app) as client:
-        yield client
+def sim_overrides() -> dict[str, Any]:
+    """This module's simulator settings (see conftest.py)."""
+    return {"hang_seconds": 0.01}
 
 
 @pytest.fixture

@@ -161,38 +161,6 @@ def served(app: FastAPI) -> Iterator[str]:
 # --- fixtures ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def base_config() -> SimulatorConfig:
-    return SimulatorConfig.generate()
-
-
-@pytest.fixture
-def receiver() -> Receiver:
-    return Receiver()
-
-
-@pytest.fixture
-def config(base_config: SimulatorConfig, receiver: Receiver) -> SimulatorConfig:
-    return sim_config(base_config, receiver)
-
-
-@pytest.fixture
-def clock(config: SimulatorConfig) -> FakeClock:
-    assert isinstance(config.clock, FakeClock)
-    return config.clock
-
-
-@pytest.fixture
-def app(config: SimulatorConfig) -> FastAPI:
-    return simulator_app.create_app(config)
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with sim_client(app) as client:
-        yield client
-
-
 def sim(app: FastAPI) -> simulator_app.Simulator:
     return simulator_app.simulator_of(app)
 

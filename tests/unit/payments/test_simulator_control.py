@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -26,41 +26,14 @@ from .test_simulator_alipay import (
     precreate,
     sim,
     sim_client,
-    sim_config,
 )
 from .test_simulator_wechatpay import close, native_order, place, query, verify, wechat_call
 
 
-@pytest.fixture(scope="module")
-def base_config() -> SimulatorConfig:
-    return SimulatorConfig.generate()
-
-
 @pytest.fixture
-def receiver() -> Receiver:
-    return Receiver()
-
-
-@pytest.fixture
-def config(base_config: SimulatorConfig, receiver: Receiver) -> SimulatorConfig:
-    return sim_config(base_config, receiver, hang_seconds=0.0)
-
-
-@pytest.fixture
-def clock(config: SimulatorConfig) -> FakeClock:
-    assert isinstance(config.clock, FakeClock)
-    return config.clock
-
-
-@pytest.fixture
-def app(config: SimulatorConfig) -> FastAPI:
-    return simulator_app.create_app(config)
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with sim_client(app) as client:
-        yield client
+def sim_overrides() -> dict[str, Any]:
+    """This module's simulator settings (see conftest.py)."""
+    return {"hang_seconds": 0.0}
 
 
 async def alipay_trade(

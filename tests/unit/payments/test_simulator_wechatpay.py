@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,7 +19,7 @@ from dueflow.payments.simulator import app as simulator_app
 from dueflow.payments.simulator.state import Provider
 from dueflow.payments.wechatpay import signing
 
-from .test_simulator_alipay import START, Receiver, control, served, sim, sim_client, sim_config
+from .test_simulator_alipay import START, Receiver, control, served, sim
 
 EXPIRE = "2026-03-01T20:30:00+08:00"  # START + 30 minutes
 NOTIFY_URL = "http://merchant.test/notify/wechatpay"
@@ -147,38 +146,6 @@ def sdk(config: SimulatorConfig) -> Any:
 
 
 # --- fixtures ----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def base_config() -> SimulatorConfig:
-    return SimulatorConfig.generate()
-
-
-@pytest.fixture
-def receiver() -> Receiver:
-    return Receiver(answer=(204, b""))
-
-
-@pytest.fixture
-def config(base_config: SimulatorConfig, receiver: Receiver) -> SimulatorConfig:
-    return sim_config(base_config, receiver)
-
-
-@pytest.fixture
-def clock(config: SimulatorConfig) -> FakeClock:
-    assert isinstance(config.clock, FakeClock)
-    return config.clock
-
-
-@pytest.fixture
-def app(config: SimulatorConfig) -> FastAPI:
-    return simulator_app.create_app(config)
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with sim_client(app) as client:
-        yield client
 
 
 # --- orders, queries, closes -------------------------------------------------------------------

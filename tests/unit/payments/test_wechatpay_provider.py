@@ -31,11 +31,10 @@ from dueflow.payments.base import (
 )
 from dueflow.payments.rsa import generate_keypair
 from dueflow.payments.simulator import SimulatorConfig
-from dueflow.payments.simulator import app as simulator_app
 from dueflow.payments.simulator.state import Provider, TradeStatus
 from dueflow.payments.wechatpay.provider import WechatPayProvider
 
-from .test_simulator_alipay import START, Receiver, control, sim, sim_client, sim_config
+from .test_simulator_alipay import START, Receiver, control, sim
 
 NOTIFY_URL = "http://merchant.test/notify/wechatpay"
 REFUND_NOTIFY_URL = "http://merchant.test/notify/wechatpay/refund"
@@ -80,37 +79,10 @@ def make_provider(
 # --- fixtures ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def base_config() -> SimulatorConfig:
-    return SimulatorConfig.generate()
-
-
 @pytest.fixture
-def receiver() -> Receiver:
-    return Receiver(answer=(204, b""))
-
-
-@pytest.fixture
-def config(base_config: SimulatorConfig, receiver: Receiver) -> SimulatorConfig:
-    return sim_config(base_config, receiver, hang_seconds=5.0)
-
-
-@pytest.fixture
-def clock(config: SimulatorConfig) -> FakeClock:
-    assert isinstance(config.clock, FakeClock)
-    return config.clock
-
-
-@pytest.fixture
-def app(config: SimulatorConfig) -> FastAPI:
-    return simulator_app.create_app(config)
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    """The control API client."""
-    async with sim_client(app) as client:
-        yield client
+def sim_overrides() -> dict[str, Any]:
+    """This module's simulator settings (see conftest.py)."""
+    return {"hang_seconds": 5.0}
 
 
 @pytest.fixture
