@@ -10,7 +10,8 @@ The tree::
     │   ├── NotAllowed               the caller may not do this (not your order, own goods)
     │   ├── InvalidTransition        the order's status does not allow this event
     │   ├── GoodsUnavailable         the goods are held by another order, sold or off sale
-    │   └── PaymentMismatch          a payment's amount differs from what is owed
+    │   ├── PaymentMismatch          a payment's amount differs from what is owed
+    │   └── TimerNotWaiting          run now: the timer is claimed by a worker, done or cancelled
     ├── BackendError                 a database, trigger or notifier failed
     │   ├── BackendUnavailable       it cannot be reached
     │   └── Busy                     it is locked by someone else right now: try again
@@ -89,6 +90,12 @@ class PaymentMismatch(DomainError):
     """The payment does not match what the order owes."""
 
     code = "payment_mismatch"
+
+
+class TimerNotWaiting(DomainError):
+    """The timer is not waiting: a worker holds it, or it is done or cancelled."""
+
+    code = "timer_not_waiting"
 
 
 class BackendError(DueflowError):

@@ -33,6 +33,7 @@ STATUS: dict[type[errors.DueflowError], int] = {
     errors.InvalidTransition: 409,
     errors.GoodsUnavailable: 409,
     errors.PaymentMismatch: 409,
+    errors.TimerNotWaiting: 409,
     errors.BackendError: 503,
     errors.BackendUnavailable: 503,
     errors.Busy: 409,

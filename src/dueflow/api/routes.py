@@ -16,11 +16,12 @@ from sqlalchemy import select
 from dueflow.api import auth
 from dueflow.domain.timers import TimerState
 from dueflow.exceptions import NotAllowed, NotFound
-from dueflow.service import accounts, orders, payments, refunds
+from dueflow.service import accounts, operations, orders, payments, refunds
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
 from dueflow.store import orders as order_store
 from dueflow.store import schema
+from dueflow.store import timers as timer_store
 
 #: Ids are positive 64-bit integers; anything else is refused before it reaches the database.
 MAX_ID = 2**63 - 1
@@ -246,6 +247,19 @@ def _admin(deps: Deps) -> APIRouter:
     ) -> JSONResponse:
         """Timers in one state; ``stuck`` means live timers flagged stuck."""
         return answer(await _timers(deps, state, limit))
+
+    @routes.post("/timers/{timer_id}/run-now")
+    async def run_now(timer_id: Id, request: Request) -> JSONResponse:
+        """Make a waiting or stuck timer due now (409 when a worker holds it or it is over)."""
+        await operations.run_timer_now(deps, timer_id, actor=f"user:{auth.caller(request).id}")
+        async with deps.db.read() as conn:
+            return answer(dict((await timer_store.get(conn, timer_id))._mapping))
+
+    @routes.get("/summary")
+    async def summary() -> JSONResponse:
+        """Orders by status, timers by state, overdue and stuck timers, refunds by state,
+        discrepancies, timer lateness over the last hour by kind, and the invariants."""
+        return answer(await operations.summary(deps))
 
     @routes.get("/discrepancies")
     async def discrepancies(limit: Limit = 100) -> JSONResponse:

@@ -447,3 +447,32 @@ async def schedule_again(
 async def _of_kind(conn: AsyncConnection, order_id: int, kind: TimerKind) -> list[Any]:
     query = select(timers.c.id).where(timers.c.order_id == order_id, timers.c.kind == kind.value)
     return list((await conn.execute(query)).all())
+
+
+async def run_now(conn: AsyncConnection, timer_id: int, *, now: datetime) -> Armed | None:
+    """Make a scheduled (waiting or stuck) timer due now and clear its stuck flag; None when
+    it is not scheduled (claimed by a worker, done or cancelled). Its attempts are kept, so a
+    timer that fails again is flagged stuck again at once."""
+    result = await conn.execute(
+        update(timers)
+        .where(timers.c.id == timer_id, timers.c.state == TimerState.SCHEDULED.value)
+        .values(due_at=now, stuck=False)
+    )
+    return Armed(id=timer_id, due_at=now) if result.rowcount else None
+
+
+async def get(conn: AsyncConnection, timer_id: int) -> Any:
+    """The timer's row, or None."""
+    return (await conn.execute(select(timers).where(timers.c.id == timer_id))).first()
+
+
+async def lateness_since(conn: AsyncConnection, since: datetime) -> list[tuple[str, float]]:
+    """(kind, seconds from deadline to firing) of every timer done since ``since`` on its first
+    attempt (a retried timer's lateness is its failures' backoff, not the trigger's)."""
+    query = select(timers.c.kind, timers.c.deadline_at, timers.c.done_at).where(
+        timers.c.done_at >= since,
+        timers.c.state == TimerState.DONE.value,
+        timers.c.attempts == 1,
+    )
+    rows = (await conn.execute(query)).all()
+    return [(kind, (done - deadline).total_seconds()) for kind, deadline, done in rows]
