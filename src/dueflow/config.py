@@ -82,6 +82,10 @@ class Settings(BaseSettings):
 
     log_format: Literal["text", "json"] = "text"
 
+    #: Signs admin page sessions; a random one per start when unset (sessions end at restart).
+    session_secret: str | None = Field(default=None, min_length=16)
+    session_ttl: Duration = timedelta(hours=12)
+
     notifier: Literal["log", "webhook"] = "log"
     notifier_url: str | None = None
     notifier_secret: str = ""

@@ -18,6 +18,8 @@ from dueflow.config import Settings, load_settings
 from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator.app import create_app as create_simulator
 from dueflow.payments.simulator.app import simulator_of
+from dueflow.service import accounts
+from dueflow.service.deps import Deps
 from dueflow.worker.runner import Worker, run_feeder
 from dueflow.worker.scanner import run_scanner
 
@@ -37,8 +39,17 @@ def with_simulator(settings: Settings, base_url: str) -> tuple[Settings, Simulat
     return load_settings(**values), config
 
 
+DEV_USERS = (("admin", True), ("alice", False), ("bob", False))
+
+
 async def serve(
-    settings: Settings, *, host: str, port: int, worker: bool, console: Console
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    worker: bool,
+    console: Console,
+    dev_users: bool = False,
 ) -> None:
     """Serve until SIGINT or SIGTERM; a batch in progress is finished before the process ends."""
     base_url = f"http://{host}:{port}"
@@ -46,7 +57,12 @@ async def serve(
     if wants_simulator(settings):
         settings, simulator = with_simulator(settings, base_url)
     async with bootstrap.running(settings) as deps:
-        app = create_app(deps)
+        app = create_app(
+            deps,
+            session_secret=settings.session_secret,
+            session_ttl=settings.session_ttl,
+            secure_cookies=settings.public_url.startswith("https://"),
+        )
         async with _simulator_mounted(app, simulator):
             stop = asyncio.Event()
             tasks: list[asyncio.Task[Any]] = []
@@ -60,8 +76,11 @@ async def serve(
             console.print(f"dueflow serving on {base_url} (worker {'on' if worker else 'off'})")
             if simulator is not None:
                 console.print(
-                    f"payment simulator at {base_url}/sim (keys: {base_url}/sim/control/keys)"
+                    f"payment simulator at {base_url}/sim (keys: {base_url}/sim/control/keys)",
+                    soft_wrap=True,
                 )
+            if dev_users:
+                await _print_dev_users(deps, base_url, console)
             server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -97,3 +116,20 @@ async def _simulator_mounted(app: Any, config: SimulatorConfig | None) -> AsyncI
     app.mount("/sim", sim_app)
     async with simulator_of(sim_app).running():
         yield
+
+
+async def _print_dev_users(deps: Deps, base_url: str, console: Console) -> None:
+    """Fresh tokens for an admin and two users, so a new machine can log in at once."""
+    console.print(f"admin pages at {base_url}/admin   API docs at {base_url}/docs", soft_wrap=True)
+    tokens = {}
+    for name, admin in DEV_USERS:
+        user, tokens[name] = await accounts.issue_token(deps, name, admin=admin)
+        role = "admin" if admin else "user "
+        console.print(f"  {role} {name:<6} (id {user.id})  token {tokens[name]}", highlight=False)
+    console.print(
+        f"  try: curl -H 'Authorization: Bearer {tokens['alice']}' -H 'Content-Type: "
+        f'application/json\' -d \'{{"title": "kite", "price": "19.90"}}\' '
+        f"{base_url}/api/goods",
+        highlight=False,
+        soft_wrap=True,
+    )

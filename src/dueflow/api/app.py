@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -10,18 +11,34 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
-from dueflow.api import errors, notify, routes
+from dueflow.api import admin_pages, errors, notify, routes
 from dueflow.exceptions import DueflowError
 from dueflow.service import report
 from dueflow.service.deps import Deps
 
 
-def create_app(deps: Deps) -> FastAPI:
-    """dueflow's HTTP app over already wired ``deps`` (the caller owns their lifetime)."""
+def create_app(
+    deps: Deps,
+    *,
+    session_secret: str | None = None,
+    session_ttl: timedelta | None = None,
+    secure_cookies: bool = False,
+) -> FastAPI:
+    """dueflow's HTTP app over already wired ``deps`` (the caller owns their lifetime). The
+    admin pages sign sessions with ``session_secret`` (a random one when None: sessions then
+    end when the process does); ``secure_cookies`` for a deployment behind HTTPS."""
     app = FastAPI(title="dueflow", version="0.1.0")
     errors.install(app)
     app.include_router(routes.router(deps))
     app.include_router(notify.router(deps))
+    app.include_router(
+        admin_pages.router(
+            deps,
+            secret=session_secret.encode() if session_secret else None,
+            ttl=session_ttl,
+            secure=secure_cookies,
+        )
+    )
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

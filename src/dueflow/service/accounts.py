@@ -99,3 +99,21 @@ async def get_goods(deps: Deps, goods_id: int) -> dict[str, Any]:
     if row is None:
         raise NotFound(f"no goods {goods_id}")
     return dict(row._mapping)
+
+
+async def issue_token(deps: Deps, name: str, *, admin: bool = False) -> tuple[User, str]:
+    """A fresh token for the user ``name``, created if missing (``dueflow serve --dev-users``
+    prints ready logins at every start: tokens are stored hashed, so an old one cannot be shown
+    again). An existing user keeps its role; its old token stops working.
+
+    Raises:
+        InvalidInput: the name is malformed.
+    """
+    async with deps.db.read() as conn:
+        row = await users.by_name(conn, name)
+    if row is None:
+        return await add_user(deps, name, admin=admin)
+    token = secrets.token_urlsafe(24)
+    async with deps.db.write() as conn:
+        await users.set_token_hash(conn, row.id, hash_token(token))
+    return User(row.id, row.name, row.is_admin), token

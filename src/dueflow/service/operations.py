@@ -9,14 +9,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import select
+
+from dueflow.domain.timers import TimerState
 from dueflow.exceptions import NotFound, TimerNotWaiting
 from dueflow.service import report
 from dueflow.service.deps import Deps
-from dueflow.store import timers
+from dueflow.store import schema, timers
 
 log = logging.getLogger(__name__)
 
 LATENESS_WINDOW = timedelta(hours=1)
+LIVE = (TimerState.SCHEDULED.value, TimerState.CLAIMED.value)
+TIMER_STATES = ("stuck", *(state.value for state in TimerState))
 
 
 @dataclass(frozen=True)
@@ -89,3 +94,41 @@ async def summary(deps: Deps) -> dict[str, Any]:
         "lateness_last_hour": [vars(item) for item in await lateness(deps)],
         "invariants": {"ok": checked.ok, **vars(checked)},
     }
+
+
+async def overdue_timers(deps: Deps, limit: int = 100) -> list[dict[str, Any]]:
+    """Live timers past due by more than the scan grace, oldest first, with their order's
+    status."""
+    t_timers, t_orders = schema.timers, schema.orders
+    query = (
+        select(t_timers, t_orders.c.status.label("order_status"))
+        .join(t_orders, t_orders.c.id == t_timers.c.order_id)
+        .where(
+            t_timers.c.state.in_(LIVE),
+            t_timers.c.due_at <= deps.clock.now() - deps.scan_grace,
+        )
+        .order_by(t_timers.c.due_at, t_timers.c.id)
+        .limit(limit)
+    )
+    async with deps.db.read() as conn:
+        return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+
+
+async def timers_in_state(deps: Deps, state: str, limit: int = 100) -> list[dict[str, Any]]:
+    """Timers in one state, soonest due first; ``stuck`` means live timers flagged stuck."""
+    t_timers = schema.timers
+    query = select(t_timers).order_by(t_timers.c.due_at, t_timers.c.id).limit(limit)
+    if state == "stuck":
+        query = query.where(t_timers.c.stuck.is_(True), t_timers.c.state.in_(LIVE))
+    else:
+        query = query.where(t_timers.c.state == state)
+    async with deps.db.read() as conn:
+        return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+
+
+async def discrepancies(deps: Deps, limit: int = 100) -> list[dict[str, Any]]:
+    """Recorded payment discrepancies, newest first."""
+    table = schema.discrepancies
+    query = select(table).order_by(table.c.id.desc()).limit(limit)
+    async with deps.db.read() as conn:
+        return [dict(r._mapping) for r in (await conn.execute(query)).all()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, insert, select
+from sqlalchemy import Row, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store.schema import users
@@ -37,3 +37,11 @@ async def by_token_hash(conn: AsyncConnection, token_hash: str) -> Row[Any] | No
     """The user whose token hashes to ``token_hash``."""
     result = await conn.execute(select(users).where(users.c.token_hash == token_hash))
     return result.first()
+
+
+async def set_token_hash(conn: AsyncConnection, user_id: int, token_hash: str) -> int:
+    """Replace the user's token (the old one stops working)."""
+    result = await conn.execute(
+        update(users).where(users.c.id == user_id).values(token_hash=token_hash)
+    )
+    return int(result.rowcount)

@@ -1,0 +1,62 @@
+"""Admin page sessions: a signed cookie naming the user, its expiry and a digest of its token.
+
+The cookie is ``{user_id}.{expires}.{signature}``; the signature is an HMAC of the user id, the
+expiry and the user's stored token hash under the server's session secret, so a session ends
+when it expires, when the secret changes, or when the user's token is replaced. Nothing is kept
+on the server. Forms carry a CSRF token derived from the session cookie (a second HMAC), so a
+page on another site cannot post as the operator even if a browser sent the cookie.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from datetime import timedelta
+
+from dueflow.service import accounts
+from dueflow.service.accounts import User
+from dueflow.service.deps import Deps
+from dueflow.store import users
+
+
+def _sign(secret: bytes, message: str) -> str:
+    return hmac.new(secret, message.encode(), hashlib.sha256).hexdigest()
+
+
+async def open_session(deps: Deps, token: str, *, secret: bytes, ttl: timedelta) -> str | None:
+    """The session cookie for the admin holding ``token``; None for anyone else."""
+    user = await accounts.authenticate(deps, token)
+    if user is None or not user.is_admin:
+        return None
+    expires = int((deps.clock.now() + ttl).timestamp())
+    head = f"{user.id}.{expires}"
+    return f"{head}.{_sign(secret, f'{head}.{accounts.hash_token(token)}')}"
+
+
+async def session_user(deps: Deps, cookie: str, *, secret: bytes) -> User | None:
+    """The admin a session cookie names, if it is intact, unexpired and the admin's token is
+    the one it was opened with."""
+    parts = cookie.split(".")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    user_id, expires, signature = int(parts[0]), int(parts[1]), parts[2]
+    if expires < deps.clock.now().timestamp() or user_id > 2**63 - 1:
+        return None
+    async with deps.db.read() as conn:
+        row = await users.by_id(conn, user_id)
+    if row is None or not row.is_admin:
+        return None
+    expected = _sign(secret, f"{user_id}.{expires}.{row.token_hash}")
+    if not hmac.compare_digest(expected, signature):
+        return None
+    return User(row.id, row.name, row.is_admin)
+
+
+def csrf_token(cookie: str, *, secret: bytes) -> str:
+    """The CSRF token that forms of this session must carry."""
+    return _sign(secret, f"csrf:{cookie}")
+
+
+def csrf_ok(cookie: str, token: str, *, secret: bytes) -> bool:
+    """Whether ``token`` is this session's CSRF token."""
+    return hmac.compare_digest(csrf_token(cookie, secret=secret), token)
