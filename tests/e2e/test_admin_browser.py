@@ -33,13 +33,21 @@ SHORT = {
     "DUEFLOW_SCAN_GRACE": "1s",
 }
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+try:
+    from playwright import sync_api as playwright_api
+except ImportError:  # pragma: no cover - a dev install has it (pyproject's dev extra)
+    playwright_api = None
 
 
 @pytest.fixture
 def chromium_path() -> Path:
+    missing = []
+    if playwright_api is None:
+        missing.append("playwright (pip install -e '.[dev]')")
     if not CHROMIUM.exists():
-        message = "Debian's chromium is not installed (apt-get install chromium)"
+        missing.append("Debian's chromium (apt-get install chromium)")
+    if missing:
+        message = "not installed: " + ", ".join(missing)
         if in_ci():
             pytest.fail(message)
         pytest.skip(message)
