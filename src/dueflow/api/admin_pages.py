@@ -80,6 +80,14 @@ class Pages:
             response.delete_cookie(FLASH, path="/admin")
         return response
 
+    def problem(
+        self, request: Request, user: User | None, status: int, title: str, message: str
+    ) -> HTMLResponse:
+        """The error page."""
+        return self.page(
+            request, "error.html", status=status, user=user, title=title, message=message
+        )
+
     def back(self, to: str, flash: str) -> RedirectResponse:
         """Redirect (303) to an admin page, carrying a one-shot message."""
         response = RedirectResponse(_local(to), status_code=303, headers=HEADERS)
@@ -213,12 +221,13 @@ def _session_routes(routes: APIRouter, pages: Pages) -> None:
 
 
 def _forbidden(pages: Pages, request: Request) -> HTMLResponse:
-    return pages.page(
+    return pages.problem(
         request,
-        "error.html",
-        status=403,
-        title="Not allowed",
-        message="Your session has ended or the form is stale (cross-site request refused). Log in and try again.",
+        None,
+        403,
+        "Not allowed",
+        "Your session has ended or the form is stale (cross-site request refused). "
+        "Log in and try again.",
     )
 
 
@@ -264,9 +273,7 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
                 raise NotFound(f"no order {order_id}")
             view = await orders.order_view(deps, found)
         except NotFound as exc:
-            return pages.page(
-                request, "error.html", status=404, user=user, title="Not found", message=exc.message
-            )
+            return pages.problem(request, user, 404, "Not found", exc.message)
         live = view["status"] not in FINAL_STATUSES or any(
             t["state"] in operations.LIVE for t in view["timers"]
         )
@@ -280,14 +287,7 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
         try:
             found = await refunds.list_refunds(deps, state=state or None)
         except InvalidInput as exc:
-            return pages.page(
-                request,
-                "error.html",
-                status=422,
-                user=user,
-                title="Bad filter",
-                message=exc.message,
-            )
+            return pages.problem(request, user, 422, "Bad filter", exc.message)
         counts = (await report.snapshot(deps)).refunds
         return pages.page(
             request,
@@ -306,14 +306,7 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
         if user is None:
             return _login_redirect(request)
         if state not in operations.TIMER_STATES:
-            return pages.page(
-                request,
-                "error.html",
-                status=422,
-                user=user,
-                title="Bad filter",
-                message=f"unknown timer state {state!r}",
-            )
+            return pages.problem(request, user, 422, "Bad filter", f"unknown timer state {state!r}")
         found = await operations.timers_in_state(deps, state, 200)
         return pages.page(
             request,
