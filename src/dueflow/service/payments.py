@@ -6,7 +6,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
@@ -40,6 +40,10 @@ class PaymentOutcome(StrEnum):
     CONFIRMED = "confirmed"
     DUPLICATE = "duplicate"
     REFUND = "refund"
+
+
+#: A payment is not started this close to the pay deadline.
+MIN_PAY_WINDOW = timedelta(seconds=3)
 
 
 def new_pay_no(now: datetime) -> str:
@@ -316,6 +320,14 @@ async def _new_attempt(
         if order.pay_deadline <= now:
             raise InvalidTransition(
                 f"cannot pay: order {order_id}'s pay deadline has passed", status=order.status
+            )
+        if order.pay_deadline - now < MIN_PAY_WINDOW:
+            # Providers take the expiry in whole seconds: a trade started this late may be
+            # expired on arrival, and its close would stay unknown for the clock-skew margin.
+            raise InvalidTransition(
+                f"cannot pay: order {order_id}'s pay deadline is less than "
+                f"{MIN_PAY_WINDOW.total_seconds():g} s away",
+                status=order.status,
             )
         pay_no = new_pay_no(now)
         await payments.insert_attempt(

@@ -132,7 +132,12 @@ async def test_paying_is_refused_after_the_deadline_and_for_strangers(market):
         await payments.start_payment(
             market.deps, order_id=order_id, user_id=market.buyer, provider="manual"
         )
-    market.clock.advance(timedelta(minutes=30))
+    market.clock.advance(timedelta(minutes=29, seconds=57, microseconds=1))
+    with pytest.raises(InvalidTransition, match="less than 3 s away"):
+        await payments.start_payment(
+            market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
+        )
+    market.clock.advance(timedelta(seconds=3))
     with pytest.raises(InvalidTransition, match="deadline has passed"):
         await payments.start_payment(
             market.deps, order_id=order_id, user_id=market.buyer, provider="alipay"
