@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint fmt bench bench-matrix clean
+.PHONY: run demo test lint fmt bench bench-matrix clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -12,7 +12,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# The whole system on SQLite: API, admin pages, worker, scanner, the payment simulator at /sim;
+# prints the URL, an admin login and two users' tokens.
 run: $(STAMP)
+	DUEFLOW_PROFILE=$${DUEFLOW_PROFILE:-dev} $(BIN)/dueflow serve --dev-users
+
+demo: $(STAMP)
 	$(BIN)/dueflow demo
 
 test: $(STAMP)

@@ -332,6 +332,12 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
     no_worker: bool = typer.Option(False, "--no-worker", help="Serve HTTP only."),
+    dev_users: bool = typer.Option(
+        False,
+        "--dev-users",
+        help="Print fresh tokens for users admin (an admin), alice and bob, creating them if "
+        "missing (their earlier tokens stop working).",
+    ),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
     """Serve the HTTP app with the worker, the scanner and the feeder in one process. In the
@@ -341,7 +347,16 @@ def serve(
 
     settings = _settings()
     _logging(verbose, settings)
-    _run(server.serve(settings, host=host, port=port, worker=not no_worker, console=err))
+    _run(
+        server.serve(
+            settings,
+            host=host,
+            port=port,
+            worker=not no_worker,
+            dev_users=dev_users,
+            console=err,
+        )
+    )
 
 
 @app.command()
@@ -371,9 +386,39 @@ def demo(
     db: Path | None = typer.Option(None, help="SQLite file (default: a fresh temporary one)."),
     seed: int = typer.Option(7, help="Random seed of the simulated people."),
     live: bool = typer.Option(True, help="Show the live progress view."),
+    url: str | None = typer.Option(
+        None,
+        help="Run over HTTP against a `dueflow serve` (dev profile) at this URL, like "
+        "http://127.0.0.1:8000, in the server's real time (--speed and --db do not apply).",
+    ),
+    admin_token: str | None = typer.Option(
+        None,
+        "--admin-token",
+        envvar="DUEFLOW_ADMIN_TOKEN",
+        help="An admin's bearer token on the --url server.",
+    ),
 ) -> None:
     """A simulated marketplace on the dev profile: buyers that pay, pay late, never pay or cancel;
     sellers that ship, ship late or never. Ends with a table of outcomes and checked invariants."""
+    if url is not None:
+        from dueflow import demo_http
+
+        if not admin_token:
+            err.print(
+                "[red]error:[/red] --url needs an admin token: --admin-token or DUEFLOW_ADMIN_TOKEN"
+            )
+            raise typer.Exit(2)
+        ok = _run(
+            demo_http.run(
+                url=url,
+                admin_token=admin_token,
+                orders=orders_count,
+                seed=seed,
+                live=live,
+                console=out,
+            )
+        )
+        raise typer.Exit(0 if ok else 1)
     from dueflow import demo as demo_module
 
     ok = _run(

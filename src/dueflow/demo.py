@@ -14,6 +14,7 @@ import logging
 import random
 import tempfile
 from collections import Counter
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -49,6 +50,8 @@ BUYER_HABITS = {
     "cancels": 0.17,
 }
 SELLER_HABITS = {"ships": 0.75, "ships_late": 0.1, "never_ships": 0.15}
+#: The buyer habits whose orders reach the seller.
+PAYING = ("pays", "pays_at_the_wire")
 
 
 @dataclass
@@ -62,7 +65,7 @@ class Person:
     seller_reviews: bool
 
 
-def _pick(rng: random.Random, habits: dict[str, float]) -> str:
+def pick_habit(rng: random.Random, habits: dict[str, float]) -> str:
     return rng.choices(list(habits), weights=list(habits.values()))[0]
 
 
@@ -182,6 +185,24 @@ class Market:
                 )
 
 
+def outcomes_table(finals: Iterable[tuple[Person, str]], paying: Collection[str] = PAYING) -> Table:
+    """Final statuses by buyer and seller habit; a seller's habit shows only for the buyers in
+    ``paying`` (the others' orders never reach the seller)."""
+    table = Table("buyer", "seller", "orders", "final statuses", title="outcomes")
+    by_habit: dict[tuple[str, str], Counter[str]] = {}
+    for person, status in finals:
+        seller = person.seller if person.buyer in paying else "-"
+        by_habit.setdefault((person.buyer, seller), Counter())[status] += 1
+    for (buyer, seller), counts in sorted(by_habit.items()):
+        table.add_row(
+            buyer,
+            seller,
+            str(sum(counts.values())),
+            ", ".join(f"{s} {n}" for s, n in counts.most_common()),
+        )
+    return table
+
+
 async def _wait_until_settled(
     deps: Deps, tasks: list[asyncio.Task[None]], live: Live | None
 ) -> None:
@@ -288,8 +309,8 @@ async def _simulate(
             price=f"{rng.randint(5, 500)}.{rng.randint(0, 99):02d}",
         )
         person = Person(
-            _pick(rng, BUYER_HABITS),
-            _pick(rng, SELLER_HABITS),
+            pick_habit(rng, BUYER_HABITS),
+            pick_habit(rng, SELLER_HABITS),
             rng.random() < 0.5,
             rng.random() < 0.4,
             rng.random() < 0.3,
@@ -317,20 +338,11 @@ async def _summarise(
     console: Console,
     speed: float,
 ) -> bool:
-    outcome = Table("buyer", "seller", "orders", "final statuses", title="outcomes")
-    finals: dict[tuple[str, str], Counter[str]] = {}
-    for order_id, person in habits.items():
-        status = (await orders.order_view(deps, order_id))["status"]
-        seller = person.seller if person.buyer in ("pays", "pays_at_the_wire") else "-"
-        finals.setdefault((person.buyer, seller), Counter())[status] += 1
-    for (buyer, seller), counts in sorted(finals.items()):
-        outcome.add_row(
-            buyer,
-            seller,
-            str(sum(counts.values())),
-            ", ".join(f"{s} {n}" for s, n in counts.most_common()),
-        )
-    console.print(outcome)
+    finals = [
+        (person, (await orders.order_view(deps, order_id))["status"])
+        for order_id, person in habits.items()
+    ]
+    console.print(outcomes_table(finals))
     snap = await report.snapshot(deps)
     lateness = await report.lateness_seconds(deps)
     real = [x / speed * 1000 for x in lateness]

@@ -1,0 +1,495 @@
+"""``dueflow demo --url``: the demo's simulated people against a running ``dueflow serve``.
+
+The server must run the dev profile with its payment simulator mounted at ``/sim``. Everything
+goes over HTTP with bearer tokens: users are made through the admin API, goods and orders by the
+sellers and buyers themselves, payments through the simulator's control API (scan, then pay).
+
+Time is the server's and it runs at its own pace: every wait is a fraction of a window read from
+the order views (``pay_deadline - created_at``, ``ship_deadline - paid_at``, ...), never from a
+policy, slept in real time (corrected for the offset between this clock and the server's).
+
+The habits are :mod:`dueflow.demo`'s with one exception. ``pays_late`` (a bank transfer recorded
+after the order was cancelled) has no HTTP route, so over HTTP it becomes ``pays_on_cancel``: the
+buyer opens the pay page and presses cancel while paying on the phone (the simulator's
+``/control/pay-on-close``). The cancel closes the trade first, the close loses, close-or-query
+finds the payment, the cancel is refused (``cancel while paying (invalid_transition)``) and the
+order goes on to its seller.
+
+The live view polls ``GET /api/admin/summary`` (the whole server); the run ends when every
+simulated person is done and no order of this run is in a live status. The figures and the
+invariants come from the summary, the outcomes from the run's order views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+from collections import Counter
+from collections.abc import Awaitable, Mapping
+from dataclasses import fields
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from dueflow import render
+from dueflow.demo import BUYER_HABITS, PAYING, SELLER_HABITS, Person, outcomes_table, pick_habit
+from dueflow.exceptions import DomainError, DueflowError
+from dueflow.service import payments
+from dueflow.service.report import Invariants, Snapshot
+
+#: :data:`dueflow.demo.BUYER_HABITS` with ``pays_late`` replaced (see the module docstring).
+HTTP_BUYER_HABITS = {
+    ("pays_on_cancel" if habit == "pays_late" else habit): weight
+    for habit, weight in BUYER_HABITS.items()
+}
+HTTP_PAYING = (*PAYING, "pays_on_cancel")
+FINAL = ("completed", "cancelled_unpaid", "cancelled_unshipped")
+#: The deadline an order in each live status waits for.
+DEADLINE_OF = {
+    "pending_payment": "pay_deadline",
+    "pending_shipment": "ship_deadline",
+    "shipped": "receive_deadline",
+    "received": "review_deadline",
+}
+#: How long past its deadline a live order may stay before the demo stops waiting for it.
+GIVE_UP = timedelta(minutes=2)
+SELLERS, BUYERS = 3, 10
+POLL = 0.5
+#: The server refuses to start a payment this close to the pay deadline (plus a little for
+#: the clock offset and the request's own time).
+EXPIRY_MARGIN = payments.MIN_PAY_WINDOW + timedelta(seconds=0.5)
+
+
+class BadServer(DomainError):
+    """The server cannot be used for the demo (unreachable, not dueflow, wrong admin token)."""
+
+    code = "bad_server"
+
+
+class ServerLost(DueflowError):
+    """The server stopped answering sensibly during the demo."""
+
+    code = "server_lost"
+
+
+class Refused(Exception):
+    """An API or simulator call answered with an error."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+def _refusal(response: httpx.Response) -> Refused:
+    try:
+        error = response.json()["error"]
+        return Refused(response.status_code, str(error["code"]), str(error["message"]))
+    except (ValueError, KeyError, TypeError):
+        return Refused(response.status_code, f"http_{response.status_code}", response.text[:200])
+
+
+def _dates(view: Mapping[str, Any]) -> dict[str, Any]:
+    """An order view with its times (``*_at``, ``*_deadline``) as datetimes."""
+    return {
+        key: datetime.fromisoformat(value)
+        if isinstance(value, str) and key.endswith(("_at", "_deadline"))
+        else value
+        for key, value in view.items()
+    }
+
+
+class Server:
+    """The dueflow server over HTTP, and its clock."""
+
+    def __init__(self, client: httpx.AsyncClient, admin_token: str) -> None:
+        self.client = client
+        self.admin = admin_token
+        self.offset = timedelta(0)
+
+    async def call(self, method: str, path: str, token: str | None = None, body: Any = None) -> Any:
+        """The JSON answer of a call; :class:`Refused` for an error answer."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        response = await self.client.request(method, path, json=body, headers=headers)
+        if response.status_code >= 400:
+            raise _refusal(response)
+        return response.json()
+
+    async def summary(self) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.call("GET", "/api/admin/summary", self.admin)
+        return answer
+
+    async def view(self, order_id: int) -> dict[str, Any]:
+        return _dates(await self.call("GET", f"/api/orders/{order_id}", self.admin))
+
+    def now(self) -> datetime:
+        """The server's time, by this clock and the offset measured at the start."""
+        return datetime.now(UTC) + self.offset
+
+    async def sleep_until(self, when: datetime) -> None:
+        delay = (when - self.now()).total_seconds()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def check(self, url: str) -> None:
+        """Fail with :class:`BadServer` unless ``url`` answers the admin summary to the admin
+        token; measure the offset of the server's clock from this one."""
+        try:
+            sent = datetime.now(UTC)
+            summary = await self.summary()
+            received = datetime.now(UTC)
+        except httpx.HTTPError as exc:
+            raise BadServer(f"cannot reach dueflow at {url}: {_describe(exc)}") from None
+        except Refused as exc:
+            if exc.status == 401:
+                raise BadServer(f"the admin token is not valid at {url} ({exc.message})") from None
+            if exc.status == 403:
+                raise BadServer(f"the token given is not an admin's at {url}") from None
+            if exc.status == 404:
+                raise BadServer(f"{url} is not a dueflow server (no /api/admin/summary)") from None
+            raise BadServer(f"{url} answered {exc}") from None
+        except ValueError:
+            raise BadServer(f"{url} does not answer like dueflow (not JSON)") from None
+        if not isinstance(summary, dict) or "at" not in summary:
+            raise BadServer(f"{url} does not answer like dueflow serve")
+        self.offset = datetime.fromisoformat(summary["at"]) - (sent + (received - sent) / 2)
+
+
+async def _check_simulator(server: Server, url: str) -> None:
+    try:
+        await server.call("GET", "/sim/control/keys")
+    except Refused:
+        raise BadServer(
+            f"no payment simulator at {url}/sim: run `dueflow serve` with DUEFLOW_PROFILE=dev "
+            "and no payment provider configured"
+        ) from None
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _window(view: Mapping[str, Any], start: str, end: str) -> timedelta:
+    """The time from one field of an order view to another (never negative)."""
+    window: timedelta = view[end] - view[start]
+    return max(window, timedelta(0))
+
+
+def _before_expiry(fraction: float, pay: timedelta) -> float:
+    """``fraction`` of the pay window, but at least :data:`EXPIRY_MARGIN` before its end (the
+    server refuses payments started later)."""
+    latest = 1 - EXPIRY_MARGIN / pay if pay > timedelta(0) else fraction
+    return max(0.0, min(fraction, latest))
+
+
+def _poll_every(window: timedelta) -> float:
+    return min(2.0, max(0.2, window.total_seconds() / 20))
+
+
+class HttpMarket:
+    """The simulated people, one per order, acting through the API."""
+
+    def __init__(self, server: Server, rng: random.Random) -> None:
+        self.server = server
+        self.rng = rng
+        self.refused: Counter[str] = Counter()
+
+    async def at(self, start: datetime, fraction: float, window: timedelta) -> None:
+        """Wait until ``fraction`` of ``window`` has passed since ``start`` (server time)."""
+        await self.server.sleep_until(start + window * fraction)
+
+    async def act(self, what: str, call: Awaitable[Any]) -> bool:
+        """Do something a person does; a refusal is counted by its error code."""
+        try:
+            await call
+        except Refused as exc:
+            self.refused[f"{what} ({exc.code})"] += 1
+            return False
+        return True
+
+    async def start_paying(self, order_id: int, buyer: str) -> dict[str, Any]:
+        """Start a payment through a random provider and open the pay page (scan)."""
+        provider = self.rng.choice(["alipay", "wechatpay"])
+        started = await self.server.call(
+            "POST", f"/api/orders/{order_id}/payments", buyer, {"provider": provider}
+        )
+        trade = {"provider": provider, "out_trade_no": started["pay_no"]}
+        await self.server.call("POST", "/sim/control/scan", body=trade)
+        return trade
+
+    async def pay_online(self, order_id: int, buyer: str, delay: float) -> None:
+        """Pay; the notification comes ``delay`` seconds later."""
+        trade = await self.start_paying(order_id, buyer)
+        await self.server.call("POST", "/sim/control/pay", body={**trade, "delay": delay})
+
+    async def pay_on_cancel(self, order_id: int, buyer: str) -> None:
+        """Pay just as the cancel closes the trade: the close loses."""
+        trade = await self.start_paying(order_id, buyer)
+        await self.server.call("POST", "/sim/control/pay-on-close", body=trade)
+
+    async def left(self, order_id: int, status: str, window: timedelta) -> dict[str, Any]:
+        """The order's view once it has left ``status`` (paid, received ...)."""
+        while True:
+            view = await self.server.view(order_id)
+            if view["status"] != status:
+                return view
+            await asyncio.sleep(_poll_every(window))
+
+    async def life(self, order_id: int, person: Person, buyer: str, seller: str) -> None:
+        try:
+            await self._life(order_id, person, buyer, seller)
+        except (httpx.HTTPError, Refused) as exc:
+            self.refused[f"gave up ({type(exc).__name__})"] += 1
+
+    async def _life(self, order_id: int, person: Person, buyer: str, seller: str) -> None:
+        rng, server = self.rng, self.server
+        order = await server.view(order_id)
+        pay = _window(order, "created_at", "pay_deadline")
+        path = f"/api/orders/{order_id}"
+        if person.buyer == "never_pays":
+            return
+        if person.buyer == "cancels":
+            await self.at(order["created_at"], rng.uniform(0.1, 0.8), pay)
+            await self.act("cancel", server.call("POST", f"{path}/cancel", buyer))
+            return
+        if person.buyer == "pays_on_cancel":
+            await self.at(order["created_at"], _before_expiry(rng.uniform(0.3, 0.7), pay), pay)
+            if not await self.act("payment", self.pay_on_cancel(order_id, buyer)):
+                return
+            await self.act("cancel while paying", server.call("POST", f"{path}/cancel", buyer))
+        else:
+            wire = person.buyer == "pays_at_the_wire"
+            paying_at = _before_expiry(0.8 if wire else rng.uniform(0.1, 0.7), pay)
+            await self.at(order["created_at"], paying_at, pay)
+            # at the wire: the notification comes at 1.2 of the window, past the deadline
+            delay = pay.total_seconds() * (1.2 - paying_at) if wire else 0.0
+            if not await self.act("payment", self.pay_online(order_id, buyer, delay)):
+                return
+        if person.seller == "never_ships":
+            return
+        paid = await self.left(order_id, "pending_payment", pay)
+        if paid["paid_at"] is None:
+            return
+        ship_late = person.seller == "ships_late"
+        await self.at(
+            paid["paid_at"],
+            rng.uniform(1.1, 1.3) if ship_late else rng.uniform(0.1, 0.8),
+            _window(paid, "paid_at", "ship_deadline"),
+        )
+        shipment = {"carrier": "SF", "tracking_no": f"SF{order_id:08d}"}
+        shipped = await self.act(
+            "late shipping" if ship_late else "shipping",
+            server.call("POST", f"{path}/ship", seller, shipment),
+        )
+        if not shipped:
+            return
+        shipped_view = await server.view(order_id)
+        receive = _window(shipped_view, "shipped_at", "receive_deadline")
+        if person.confirms:
+            await self.at(shipped_view["shipped_at"], rng.uniform(0.1, 0.8), receive)
+            await self.act("confirm", server.call("POST", f"{path}/confirm-receipt", buyer))
+        else:  # left to the confirm_receipt timer
+            await self.at(shipped_view["receive_deadline"], 0.0, receive)
+        received = await self.left(order_id, "shipped", receive)
+        if received["received_at"] is None:
+            return
+        review = _window(received, "received_at", "review_deadline")
+        for reviews, token in ((person.buyer_reviews, buyer), (person.seller_reviews, seller)):
+            if reviews:
+                await self.at(received["received_at"], rng.uniform(0.1, 0.5), review)
+                rating = {"rating": rng.randint(3, 5)}
+                await self.act("review", server.call("POST", f"{path}/reviews", token, rating))
+
+
+async def run(
+    *, url: str, admin_token: str, orders: int, seed: int, live: bool, console: Console
+) -> bool:
+    """Run the simulation against the server at ``url``; True when every invariant holds.
+
+    Raises:
+        BadServer: ``url`` is not a usable dueflow server, or the token is not an admin's.
+        ServerLost: the server stopped answering during the run.
+    """
+    url = url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise BadServer(f"--url must look like http://HOST:PORT, not {url!r}")
+    limits = httpx.Limits(max_connections=32)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=10, limits=limits) as client:
+            server = Server(client, admin_token)
+            await server.check(url)
+            await _check_simulator(server, url)
+            return await _simulate(server, url, count=orders, seed=seed, live=live, console=console)
+    except httpx.InvalidURL as exc:
+        raise BadServer(f"--url {url!r} is not a valid URL: {exc}") from None
+    except Refused as exc:
+        raise ServerLost(f"the server at {url} refused the demo: {exc}") from None
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ServerLost(f"the demo lost the server at {url}: {_describe(exc)}") from None
+
+
+async def _add_user(server: Server, name: str) -> str:
+    made = await server.call("POST", "/api/admin/users", server.admin, {"name": name})
+    return str(made["token"])
+
+
+async def _simulate(
+    server: Server, url: str, *, count: int, seed: int, live: bool, console: Console
+) -> bool:
+    rng = random.Random(seed)
+    run_id = secrets.token_hex(3)  # names unused by earlier runs against the same server
+    sellers = [await _add_user(server, f"seller{i}-{run_id}") for i in range(SELLERS)]
+    buyers = [await _add_user(server, f"buyer{i}-{run_id}") for i in range(BUYERS)]
+    market = HttpMarket(server, rng)
+    habits: dict[int, Person] = {}
+    tasks: list[asyncio.Task[None]] = []
+    for n in range(count):
+        seller, buyer = sellers[n % len(sellers)], rng.choice(buyers)
+        price = f"{rng.randint(5, 500)}.{rng.randint(0, 99):02d}"
+        goods = await server.call(
+            "POST", "/api/goods", seller, {"title": f"item {n}", "price": price}
+        )
+        person = Person(
+            pick_habit(rng, HTTP_BUYER_HABITS),
+            pick_habit(rng, SELLER_HABITS),
+            rng.random() < 0.5,
+            rng.random() < 0.4,
+            rng.random() < 0.3,
+        )
+        order = _dates(await server.call("POST", "/api/orders", buyer, {"goods_id": goods["id"]}))
+        pay = _window(order, "created_at", "pay_deadline")
+        if n == 0:
+            console.print(
+                f"dueflow demo over HTTP: {count} orders, {len(buyers)} buyers, {len(sellers)} "
+                f"sellers (run {run_id}) against {url} in its own time (pay within "
+                f"{pay.total_seconds():g} s)"
+            )
+        habits[order["id"]] = person
+        tasks.append(asyncio.create_task(market.life(order["id"], person, buyer, seller)))
+        await asyncio.sleep(rng.uniform(0, 1.0 / count) * pay.total_seconds())
+    if live:
+        with Live(console=console, refresh_per_second=4, transient=False) as view:
+            gave_up = await _wait_until_settled(server, habits, tasks, view)
+    else:
+        gave_up = await _wait_until_settled(server, habits, tasks, None)
+    await asyncio.gather(*tasks)
+    if gave_up:
+        console.print(
+            f"[red]stopped waiting for orders {sorted(gave_up)[:10]}: live "
+            f"{GIVE_UP.total_seconds():g} s past their deadline[/red]"
+        )
+    return await _summarise(server, market, habits, console)
+
+
+def _snapshot(summary: Mapping[str, Any]) -> Snapshot:
+    return Snapshot(
+        at=datetime.fromisoformat(summary["at"]),
+        orders=dict(summary["orders"]),
+        timers=dict(summary["timers"]),
+        overdue=int(summary["overdue"]),
+        stuck=int(summary["stuck"]),
+        refunds=dict(summary["refunds"]),
+        discrepancies=int(summary["discrepancies"]),
+    )
+
+
+async def _gather_views(server: Server, order_ids: list[int]) -> list[dict[str, Any]]:
+    limit = asyncio.Semaphore(8)
+
+    async def one(order_id: int) -> dict[str, Any]:
+        async with limit:
+            return await server.view(order_id)
+
+    return list(await asyncio.gather(*(one(order_id) for order_id in order_ids)))
+
+
+async def _wait_until_settled(
+    server: Server,
+    habits: Mapping[int, Person],
+    tasks: list[asyncio.Task[None]],
+    live: Live | None,
+) -> set[int]:
+    """Wait until every person is done and no order of the run is live; the orders given up on
+    (live long past their deadline)."""
+    pending = sorted(habits)
+    while True:
+        acting = sum(not t.done() for t in tasks)
+        if acting == 0:
+            views = await _gather_views(server, pending)
+            pending = [v["id"] for v in views if v["status"] not in FINAL]
+            stale = {
+                v["id"]
+                for v in views
+                if v["status"] in DEADLINE_OF
+                and v[DEADLINE_OF[v["status"]]] is not None
+                and server.now() > v[DEADLINE_OF[v["status"]]] + GIVE_UP
+            }
+            if not pending or set(pending) <= stale:
+                return set(pending)
+        if live is not None:
+            table = render.snapshot_table(
+                _snapshot(await server.summary()), title="dueflow demo over HTTP (live, server)"
+            )
+            table.add_row("this run: people acting", f"{acting} / {len(tasks)}")
+            if acting == 0:
+                table.add_row("this run: orders live", str(len(pending)))
+            live.update(table)
+        await asyncio.sleep(POLL)
+
+
+async def _summarise(
+    server: Server, market: HttpMarket, habits: Mapping[int, Person], console: Console
+) -> bool:
+    views = {v["id"]: v for v in await _gather_views(server, sorted(habits))}
+    console.print(
+        outcomes_table(
+            ((person, views[order_id]["status"]) for order_id, person in habits.items()),
+            HTTP_PAYING,
+        )
+    )
+    summary = await server.summary()
+    stats = Table("measure", "value", title="figures")
+    for item in summary["lateness_last_hour"]:
+        stats.add_row(
+            f"timer lateness {item['kind']} (server, last hour)",
+            f"p50 {item['p50'] * 1000:.0f} / p99 {item['p99'] * 1000:.0f} / max "
+            f"{item['max'] * 1000:.0f} ms of {item['count']}",
+        )
+    reminders = sum(
+        1
+        for v in views.values()
+        for t in v["timers"]
+        if t["kind"] == "pay_reminder" and t["outcome"] == "sent"
+    )
+    stats.add_row("reminders sent (this run)", str(reminders))
+    refunds = Counter(r["state"] for v in views.values() for r in v["refunds"])
+    stats.add_row(
+        "refunds (this run)", ", ".join(f"{s} {n}" for s, n in sorted(refunds.items())) or "none"
+    )
+    stats.add_row(
+        "refunds awaiting review (server)", str(summary["refunds"].get("pending_review", 0))
+    )
+    stats.add_row("discrepancies (server)", str(summary["discrepancies"]))
+    stats.add_row(
+        "actions refused",
+        ", ".join(f"{k} {v}" for k, v in sorted(market.refused.items())) or "none",
+    )
+    console.print(stats)
+    checked = summary["invariants"]
+    inv = Invariants(**{f.name: list(checked.get(f.name, [])) for f in fields(Invariants)})
+    console.print(render.invariants_table(inv))
+    ok = bool(checked.get("ok")) and inv.ok
+    if ok:
+        console.print("[green]all invariants hold[/green]")
+    else:
+        by_order = (inv.past_deadline, inv.reminders_twice, inv.reviews_twice)
+        offenders = {order_id for ids in by_order for order_id in ids}
+        console.print(
+            "[red]invariants broken[/red] (the checks cover the whole server; offenders that "
+            f"are orders of this run: {sorted(offenders & set(habits)) or 'none'})"
+        )
+    return ok
