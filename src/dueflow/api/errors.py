@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dueflow import exceptions as errors
+from dueflow.api.schemas import ErrorBody, ErrorDetail
 
 #: The largest request body the JSON API accepts.
 MAX_BODY = 64 * 1024
@@ -56,9 +58,9 @@ HTTP_CODES = {
 ORDER_PATH = re.compile(r"^/api/orders/(?P<order_id>[^/]+)")
 
 
-def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
-    """The error JSON."""
-    return {"error": {"code": code, "message": message}}
+def error_body(code: str, message: str) -> dict[str, Any]:
+    """The error JSON, as :class:`~dueflow.api.schemas.ErrorBody` documents it."""
+    return ErrorBody(error=ErrorDetail(code=code, message=message)).model_dump()
 
 
 def status_of(exc: errors.DueflowError) -> int:

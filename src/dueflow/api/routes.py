@@ -1,9 +1,13 @@
 """The JSON API under ``/api``: goods, orders and what buyers and sellers do to them, and the
-admin routes. Errors are raised as dueflow's own and answered by :mod:`dueflow.api.errors`."""
+admin routes. Errors are raised as dueflow's own and answered by :mod:`dueflow.api.errors`.
+
+Each route's ``response_model`` (from :mod:`dueflow.api.schemas`) documents its answer in the
+OpenAPI schema; the JSON itself is built by :func:`answer` (FastAPI passes a returned response
+through untouched), so money stays exact decimal text and datetimes keep their ``+00:00``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
@@ -11,23 +15,20 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
 
 from dueflow.api import auth
-from dueflow.domain.timers import TimerState
+from dueflow.api import schemas as out
+from dueflow.api.schemas import errors
 from dueflow.exceptions import NotAllowed, NotFound
 from dueflow.service import accounts, operations, orders, payments, refunds
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
 from dueflow.store import orders as order_store
-from dueflow.store import schema
-from dueflow.store import timers as timer_store
 
 #: Ids are positive 64-bit integers; anything else is refused before it reaches the database.
 MAX_ID = 2**63 - 1
 Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=1000, description="at most this many rows")]
-LIVE = (TimerState.SCHEDULED.value, TimerState.CLAIMED.value)
 
 
 class Body(BaseModel):
@@ -40,7 +41,9 @@ class NewGoods(Body):
     """Goods to put on sale; the price is a string of yuan such as ``"12.50"``."""
 
     title: str = Field(min_length=1, max_length=200)
-    price: str = Field(min_length=1, max_length=32, examples=["12.50"])
+    price: str = Field(
+        min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$", examples=["12.50"]
+    )
 
 
 class NewOrder(Body):
@@ -59,8 +62,8 @@ class NewPayment(Body):
 class Shipment(Body):
     """The carrier and its tracking number."""
 
-    carrier: str = Field(max_length=64)
-    tracking_no: str = Field(max_length=64)
+    carrier: str = Field(min_length=1, max_length=64)
+    tracking_no: str = Field(min_length=1, max_length=64)
 
 
 class NewReview(Body):
@@ -95,11 +98,6 @@ def answer(value: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(jsonable(value), status_code=status)
 
 
-def rows(found: Sequence[Any]) -> list[dict[str, Any]]:
-    """SQLAlchemy rows as dicts."""
-    return [dict(r._mapping) for r in found]
-
-
 def router(deps: Deps) -> APIRouter:
     """Every ``/api`` route over ``deps``."""
     routes = APIRouter(prefix="/api")
@@ -111,10 +109,13 @@ def router(deps: Deps) -> APIRouter:
 
 def _goods(deps: Deps) -> APIRouter:
     routes = APIRouter(
-        prefix="/goods", tags=["goods"], dependencies=[Depends(auth.current_user(deps))]
+        prefix="/goods",
+        tags=["goods"],
+        dependencies=[Depends(auth.current_user(deps))],
+        responses=errors(401, 413, 422, 503),
     )
 
-    @routes.post("", status_code=201)
+    @routes.post("", status_code=201, response_model=out.GoodsView, responses=errors(400))
     async def add_goods(body: NewGoods, request: Request) -> JSONResponse:
         """Put goods on sale as the caller."""
         user = auth.caller(request)
@@ -123,7 +124,7 @@ def _goods(deps: Deps) -> APIRouter:
         )
         return answer(await accounts.get_goods(deps, goods_id), 201)
 
-    @routes.get("/{goods_id}")
+    @routes.get("/{goods_id}", response_model=out.GoodsView, responses=errors(404))
     async def get_goods(goods_id: Id) -> JSONResponse:
         """Goods by id."""
         return answer(await accounts.get_goods(deps, goods_id))
@@ -146,10 +147,13 @@ async def _role(deps: Deps, order_id: int, user: User) -> Literal["buyer", "sell
 
 def _orders(deps: Deps) -> APIRouter:
     routes = APIRouter(
-        prefix="/orders", tags=["orders"], dependencies=[Depends(auth.current_user(deps))]
+        prefix="/orders",
+        tags=["orders"],
+        dependencies=[Depends(auth.current_user(deps))],
+        responses=errors(401, 404, 413, 422, 503),
     )
 
-    @routes.post("", status_code=201)
+    @routes.post("", status_code=201, response_model=out.OrderView, responses=errors(400, 403, 409))
     async def place_order(body: NewOrder, request: Request) -> JSONResponse:
         """Hold the goods for a new order awaiting payment (409 when held, sold or busy)."""
         user = auth.caller(request)
@@ -159,7 +163,7 @@ def _orders(deps: Deps) -> APIRouter:
         )
         return answer(await orders.order_view(deps, order_id), 201)
 
-    @routes.get("/{order_id}")
+    @routes.get("/{order_id}", response_model=out.OrderView)
     async def get_order(order_id: Id, request: Request) -> JSONResponse:
         """The order with its payments, refunds, reviews, timers and timeline; only its buyer,
         its seller and admins see it (everyone else gets 404)."""
@@ -169,7 +173,12 @@ def _orders(deps: Deps) -> APIRouter:
             raise NotAllowed(f"order {order_id} is not yours")
         return answer(view)
 
-    @routes.post("/{order_id}/payments", status_code=201)
+    @routes.post(
+        "/{order_id}/payments",
+        status_code=201,
+        response_model=out.PaymentStarted,
+        responses=errors(400, 403, 409, 502),
+    )
     async def start_payment(order_id: Id, body: NewPayment, request: Request) -> JSONResponse:
         """The buyer starts paying: the pay number and where to pay."""
         user = auth.caller(request)
@@ -178,7 +187,7 @@ def _orders(deps: Deps) -> APIRouter:
         )
         return answer({"pay_no": pay_no, "pay_url": pay_url}, 201)
 
-    @routes.post("/{order_id}/cancel")
+    @routes.post("/{order_id}/cancel", response_model=out.OrderView, responses=errors(403, 409))
     async def cancel(order_id: Id, request: Request) -> JSONResponse:
         """The buyer cancels before paying; the seller cancels before shipping (a refund
         awaits review)."""
@@ -189,7 +198,7 @@ def _orders(deps: Deps) -> APIRouter:
             await orders.cancel_by_seller(deps, order_id=order_id, user_id=user.id)
         return answer(await orders.order_view(deps, order_id))
 
-    @routes.post("/{order_id}/ship")
+    @routes.post("/{order_id}/ship", response_model=out.OrderView, responses=errors(400, 403, 409))
     async def ship(order_id: Id, body: Shipment, request: Request) -> JSONResponse:
         """The seller ships."""
         user = auth.caller(request)
@@ -202,14 +211,21 @@ def _orders(deps: Deps) -> APIRouter:
         )
         return answer(await orders.order_view(deps, order_id))
 
-    @routes.post("/{order_id}/confirm-receipt")
+    @routes.post(
+        "/{order_id}/confirm-receipt", response_model=out.OrderView, responses=errors(403, 409)
+    )
     async def confirm_receipt(order_id: Id, request: Request) -> JSONResponse:
         """The buyer confirms receipt."""
         user = auth.caller(request)
         await orders.confirm_receipt(deps, order_id=order_id, user_id=user.id)
         return answer(await orders.order_view(deps, order_id))
 
-    @routes.post("/{order_id}/reviews", status_code=201)
+    @routes.post(
+        "/{order_id}/reviews",
+        status_code=201,
+        response_model=out.ReviewAnswer,
+        responses=errors(400, 403, 409),
+    )
     async def review(order_id: Id, body: NewReview, request: Request) -> JSONResponse:
         """The buyer or the seller reviews a received order."""
         user = auth.caller(request)
@@ -223,10 +239,15 @@ def _orders(deps: Deps) -> APIRouter:
 
 def _admin(deps: Deps) -> APIRouter:
     routes = APIRouter(
-        prefix="/admin", tags=["admin"], dependencies=[Depends(auth.current_admin(deps))]
+        prefix="/admin",
+        tags=["admin"],
+        dependencies=[Depends(auth.current_admin(deps))],
+        responses=errors(401, 403, 413, 503),
     )
 
-    @routes.post("/users", status_code=201)
+    @routes.post(
+        "/users", status_code=201, response_model=out.UserCreated, responses=errors(400, 422)
+    )
     async def add_user(body: NewUser) -> JSONResponse:
         """Create a user; the token is shown only here."""
         user, token = await accounts.add_user(deps, body.name, admin=body.admin)
@@ -234,82 +255,66 @@ def _admin(deps: Deps) -> APIRouter:
             {"id": user.id, "name": user.name, "admin": user.is_admin, "token": token}, 201
         )
 
-    @routes.get("/overdue")
+    @routes.get("/overdue", response_model=list[out.OverdueTimer], responses=errors(422))
     async def overdue(limit: Limit = 100) -> JSONResponse:
         """Live timers past due by more than the scan grace, oldest first, with their order's
         status."""
-        return answer(await _overdue(deps, limit))
+        return answer(await operations.overdue_timers(deps, limit))
 
-    @routes.get("/timers")
+    @routes.get("/timers", response_model=list[out.TimerView], responses=errors(422))
     async def timers(
         state: Literal["stuck", "scheduled", "claimed", "done", "cancelled"] = "stuck",
         limit: Limit = 100,
     ) -> JSONResponse:
         """Timers in one state; ``stuck`` means live timers flagged stuck."""
-        return answer(await _timers(deps, state, limit))
+        return answer(await operations.timers_in_state(deps, state, limit))
 
-    @routes.post("/timers/{timer_id}/run-now")
+    @routes.post(
+        "/timers/{timer_id}/run-now",
+        response_model=out.TimerView,
+        responses=errors(404, 409, 422),
+    )
     async def run_now(timer_id: Id, request: Request) -> JSONResponse:
         """Make a waiting or stuck timer due now (409 when a worker holds it or it is over)."""
-        await operations.run_timer_now(deps, timer_id, actor=f"user:{auth.caller(request).id}")
-        async with deps.db.read() as conn:
-            return answer(dict((await timer_store.get(conn, timer_id))._mapping))
+        actor = f"user:{auth.caller(request).id}"
+        return answer(await operations.run_timer_now(deps, timer_id, actor=actor))
 
-    @routes.get("/summary")
+    @routes.get("/summary", response_model=out.Summary)
     async def summary() -> JSONResponse:
         """Orders by status, timers by state, overdue and stuck timers, refunds by state,
         discrepancies, timer lateness over the last hour by kind, and the invariants."""
         return answer(await operations.summary(deps))
 
-    @routes.get("/discrepancies")
+    @routes.get("/discrepancies", response_model=list[out.DiscrepancyView], responses=errors(422))
     async def discrepancies(limit: Limit = 100) -> JSONResponse:
         """Recorded payment discrepancies, newest first."""
-        table = schema.discrepancies
-        async with deps.db.read() as conn:
-            query = select(table).order_by(table.c.id.desc()).limit(limit)
-            return answer(rows((await conn.execute(query)).all()))
+        return answer(await operations.discrepancies(deps, limit))
 
-    @routes.get("/refunds")
+    @routes.get("/refunds", response_model=list[out.RefundListItem], responses=errors(422))
     async def list_refunds(
         state: Annotated[str | None, Query(max_length=32)] = None,
     ) -> JSONResponse:
         """Refunds, newest first, optionally in one state."""
         return answer(await refunds.list_refunds(deps, state=state))
 
-    @routes.post("/refunds/{refund_id}/approve")
+    @routes.post(
+        "/refunds/{refund_id}/approve",
+        response_model=out.RefundState,
+        responses=errors(404, 409, 422),
+    )
     async def approve(refund_id: Id, request: Request) -> JSONResponse:
         """Submit a refund in review to its provider."""
         state = await refunds.approve(deps, refund_id, actor=f"user:{auth.caller(request).id}")
         return answer({"id": refund_id, "state": state})
 
-    @routes.post("/refunds/{refund_id}/retry")
+    @routes.post(
+        "/refunds/{refund_id}/retry",
+        response_model=out.RefundState,
+        responses=errors(404, 409, 422),
+    )
     async def retry(refund_id: Id, request: Request) -> JSONResponse:
         """Submit a failed refund again, with the same refund number."""
         state = await refunds.retry(deps, refund_id, actor=f"user:{auth.caller(request).id}")
         return answer({"id": refund_id, "state": state})
 
     return routes
-
-
-async def _overdue(deps: Deps, limit: int) -> list[dict[str, Any]]:
-    timers, t_orders = schema.timers, schema.orders
-    query = (
-        select(timers, t_orders.c.status.label("order_status"))
-        .join(t_orders, t_orders.c.id == timers.c.order_id)
-        .where(timers.c.state.in_(LIVE), timers.c.due_at <= deps.clock.now() - deps.scan_grace)
-        .order_by(timers.c.due_at, timers.c.id)
-        .limit(limit)
-    )
-    async with deps.db.read() as conn:
-        return rows((await conn.execute(query)).all())
-
-
-async def _timers(deps: Deps, state: str, limit: int) -> list[dict[str, Any]]:
-    timers = schema.timers
-    query = select(timers).order_by(timers.c.due_at, timers.c.id).limit(limit)
-    if state == "stuck":
-        query = query.where(timers.c.stuck.is_(True), timers.c.state.in_(LIVE))
-    else:
-        query = query.where(timers.c.state == state)
-    async with deps.db.read() as conn:
-        return rows((await conn.execute(query)).all())

@@ -35,8 +35,9 @@ class Lateness:
     max: float
 
 
-async def run_timer_now(deps: Deps, timer_id: int, *, actor: str) -> None:
-    """Make a waiting (or stuck) timer due now and wake the worker.
+async def run_timer_now(deps: Deps, timer_id: int, *, actor: str) -> dict[str, Any]:
+    """Make a waiting (or stuck) timer due now and wake the worker; returns the timer as it is
+    then.
 
     Raises:
         NotFound: no such timer.
@@ -50,8 +51,10 @@ async def run_timer_now(deps: Deps, timer_id: int, *, actor: str) -> None:
             if row is None:
                 raise NotFound(f"no timer {timer_id}")
             raise TimerNotWaiting(f"timer {timer_id} is {row.state}, not waiting")
+        row = await timers.get(conn, timer_id)
     log.info("timer %d run now by %s", timer_id, actor, extra={"timer_id": timer_id})
     await deps.arm([armed])
+    return dict(row._mapping)
 
 
 async def lateness(deps: Deps, window: timedelta = LATENESS_WINDOW) -> list[Lateness]:

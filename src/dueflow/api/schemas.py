@@ -1,0 +1,274 @@
+"""What the JSON API answers, as pydantic models for the OpenAPI schema.
+
+The routes still build their JSON themselves (:func:`dueflow.api.routes.answer`): these models
+document the wire format, they do not produce it. Money is exact decimal text with two places
+(``"12.50"``), datetimes are ISO 8601 with their UTC offset (``"2026-03-01T12:00:00+00:00"``).
+Every model refuses fields it does not name, so the schema says exactly what is sent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Yuan as exact decimal text with two places.
+Money = Annotated[
+    str,
+    Field(
+        pattern=r"^-?[0-9]+\.[0-9]{2}$",
+        examples=["12.50"],
+        description="yuan, exact decimal text with two places",
+    ),
+]
+
+
+class View(BaseModel):
+    """An answer's shape: every field required (nullable ones are sent as null), none more."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorDetail(View):
+    """What went wrong: a stable machine code and a message for people."""
+
+    code: str = Field(examples=["not_found"])
+    message: str = Field(examples=["no order 7"])
+
+
+class ErrorBody(View):
+    """Every error answer of the JSON API."""
+
+    error: ErrorDetail
+
+
+class GoodsView(View):
+    """Goods on sale, held by an order (``reserved_order_id``), sold or off sale."""
+
+    id: int
+    seller_id: int
+    title: str
+    price: Money
+    status: str = Field(description="on_sale | sold | off_sale")
+    reserved_order_id: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class PaymentView(View):
+    """One payment attempt of an order."""
+
+    id: int
+    pay_no: str
+    order_id: int
+    provider: str
+    amount: Money
+    expires_at: datetime
+    state: str = Field(description="open | paid | closed")
+    provider_trade_no: str | None
+    created_at: datetime
+    handled_at: datetime | None
+
+
+class RefundView(View):
+    """One refund of an order (one per paid attempt)."""
+
+    id: int
+    refund_no: str
+    order_id: int
+    payment_id: int
+    provider: str
+    amount: Money
+    reason: str
+    state: str = Field(description="pending_review | processing | succeeded | failed")
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class RefundListItem(RefundView):
+    """A refund with its attempt's pay number and total."""
+
+    pay_no: str
+    total: Money
+
+
+class ReviewView(View):
+    """A review by the buyer or the seller (``is_default`` when given on their behalf)."""
+
+    id: int
+    order_id: int
+    role: str = Field(description="buyer | seller")
+    author_id: int
+    rating: int
+    comment: str
+    is_default: bool
+    created_at: datetime
+
+
+class TimerView(View):
+    """A timer: when it is due, its state, attempts and how it ended."""
+
+    id: int
+    order_id: int
+    kind: str
+    deadline_at: datetime
+    due_at: datetime
+    state: str = Field(description="scheduled | claimed | done | cancelled")
+    attempts: int
+    lease_until: datetime | None
+    claim_token: str | None
+    stuck: bool
+    last_error: str | None
+    outcome: str | None
+    created_at: datetime
+    done_at: datetime | None
+
+
+class OverdueTimer(TimerView):
+    """A live timer past due, with its order's status."""
+
+    order_status: str
+
+
+class EventView(View):
+    """One line of an order's timeline."""
+
+    id: int
+    order_id: int
+    at: datetime
+    event: str
+    actor: str
+    from_status: str | None
+    to_status: str | None
+    detail: str | None
+
+
+class OrderView(View):
+    """The order with its deadlines, payments, refunds, reviews, timers and timeline."""
+
+    id: int
+    profile: str
+    order_type: str
+    buyer_id: int
+    seller_id: int
+    goods_id: int
+    amount: Money
+    status: str
+    created_at: datetime
+    pay_deadline: datetime
+    paid_at: datetime | None
+    ship_deadline: datetime | None
+    shipped_at: datetime | None
+    carrier: str | None
+    tracking_no: str | None
+    receive_deadline: datetime | None
+    received_at: datetime | None
+    review_deadline: datetime | None
+    completed_at: datetime | None
+    cancelled_at: datetime | None
+    cancel_reason: str | None
+    updated_at: datetime
+    payments: list[PaymentView]
+    refunds: list[RefundView]
+    reviews: list[ReviewView]
+    timers: list[TimerView]
+    timeline: list[EventView]
+
+
+class PaymentStarted(View):
+    """The new attempt's pay number and where the buyer pays."""
+
+    pay_no: str
+    pay_url: str
+
+
+class ReviewAnswer(View):
+    """The role the caller reviewed as, and the order afterwards."""
+
+    role: Literal["buyer", "seller"]
+    order: OrderView
+
+
+class UserCreated(View):
+    """The new user; the token is shown only here."""
+
+    id: int
+    name: str
+    admin: bool
+    token: str
+
+
+class DiscrepancyView(View):
+    """A payment that did not match its order, as recorded."""
+
+    id: int
+    kind: str
+    order_id: int
+    payment_id: int
+    detail: str
+    created_at: datetime
+
+
+class RefundState(View):
+    """A refund's state after an operator's action."""
+
+    id: int
+    state: str = Field(description="pending_review | processing | succeeded | failed")
+
+
+class LatenessView(View):
+    """Seconds from deadline to firing of one kind's timers done in the last hour."""
+
+    kind: str
+    count: int
+    p50: float
+    p99: float
+    max: float
+
+
+class InvariantsView(View):
+    """The promises checked against the database; each list names its offenders."""
+
+    ok: bool
+    held_by_dead_order: list[int]
+    past_deadline: list[int]
+    reminders_twice: list[int]
+    reviews_twice: list[int]
+    goods_held_twice: list[int]
+
+
+class Summary(View):
+    """The system at one instant, for the dashboard."""
+
+    at: datetime
+    orders: dict[str, int] = Field(description="orders by status")
+    timers: dict[str, int] = Field(description="timers by state")
+    overdue: int
+    stuck: int
+    refunds: dict[str, int] = Field(description="refunds by state")
+    discrepancies: int
+    lateness_last_hour: list[LatenessView]
+    invariants: InvariantsView
+
+
+#: The statuses errors are answered with, and what each means.
+ERROR_MEANING = {
+    400: "The body is not JSON, or the request was refused",
+    401: "No bearer token, or one nobody holds",
+    403: "The caller may not do this",
+    404: "No such thing (someone else's order looks missing too)",
+    409: "Conflict with the current state (held, sold, busy, wrong status)",
+    413: "The body is over the size limit",
+    422: "Invalid input: unknown fields, wrong types, values out of range",
+    502: "The payment provider answered with an error",
+    503: "The database or the payment provider is unavailable",
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` documenting ``statuses`` as :class:`ErrorBody` answers."""
+    return {
+        status: {"model": ErrorBody, "description": ERROR_MEANING[status]} for status in statuses
+    }

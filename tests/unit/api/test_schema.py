@@ -1,0 +1,409 @@
+"""The OpenAPI schema holds: every /api operation, fed hypothesis-generated input by schemathesis
+(valid and invalid), answers without a 5xx, with a documented status, the documented content type
+and a body matching its documented model; and bad input to any POST route changes no row.
+
+Schemathesis calls an ASGI app from its own event loop thread, while the ``world`` deps (database
+engine, locks, trigger) belong to the test's loop. :class:`OnLoop` bridges the two: the app runs on
+the test's loop, hypothesis runs in a worker thread, and the test's loop serves its calls while it
+awaits that thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode, checks
+from sqlalchemy import select
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dueflow.api.app import create_app
+from dueflow.payments.base import RefundResult
+from dueflow.store import payments as payments_store
+from dueflow.store import schema
+from tests.unit.api import Api, running_api, table_snapshot
+
+#: Generated calls per operation, caller and mode: the whole file runs in about twenty seconds
+#: (200 found nothing more than 15 when the schema was written).
+EXAMPLES = 15
+
+#: No 5xx; a documented status, content type, body and headers.
+CHECKS = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+    checks.response_headers_conformance,
+]
+#: Invalid input is also refused (4xx).
+NEGATIVE_CHECKS = [*CHECKS, checks.negative_data_rejection]
+
+Ids = dict[str, list[int]]
+
+
+class OnLoop:
+    """``app`` served on ``loop`` to callers on any other event loop (ASGI messages cross back and
+    forth with run_coroutine_threadsafe). Lifespan is answered here: the deps are already up."""
+
+    def __init__(self, app: ASGIApp, loop: asyncio.AbstractEventLoop) -> None:
+        self.app = app
+        self.loop = loop
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        here = asyncio.get_running_loop()
+
+        async def receive_here() -> Message:
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(receive(), here))
+
+        async def send_here(message: Message) -> None:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(send(message), here))
+
+        served = asyncio.run_coroutine_threadsafe(
+            self.app(scope, receive_here, send_here), self.loop
+        )
+        await asyncio.wrap_future(served)
+
+
+@dataclass
+class Seeded:
+    """The API's client and the ids of what it holds, by path parameter name."""
+
+    api: Api
+    ids: dict[str, list[int]]
+
+
+#: Path parameters by the table their ids come from.
+ID_OF = {
+    "goods_id": schema.goods,
+    "order_id": schema.orders,
+    "timer_id": schema.timers,
+    "refund_id": schema.refunds,
+}
+
+
+@pytest.fixture
+async def seeded(world) -> AsyncIterator[Seeded]:
+    """Tokens for a buyer, a seller, a stranger and an admin (the fake provider pays and refunds),
+    and things to call on: goods, orders awaiting payment, paid, shipped, received, cancelled with
+    a refund in review, and their timers."""
+    async with running_api(world.deps) as api:
+        await api.goods()
+        await api.order()
+        await api.refund()
+        await api.paid_order()
+        await shipped(api)
+        await received(api)
+        async with api.deps.db.read() as conn:
+            ids = {
+                name: list((await conn.execute(select(table.c.id))).scalars())
+                for name, table in ID_OF.items()
+            }
+        yield Seeded(api, ids)
+
+
+@pytest.fixture
+def api(seeded: Seeded) -> Api:
+    return seeded.api
+
+
+async def shipped(api: Api) -> int:
+    order_id = await api.paid_order()
+    answer = await api.call(
+        "POST", f"/api/orders/{order_id}/ship", "seller", json={"carrier": "SF", "tracking_no": "1"}
+    )
+    assert answer.status_code == 200, answer.text
+    return order_id
+
+
+async def received(api: Api) -> int:
+    order_id = await shipped(api)
+    answer = await api.call("POST", f"/api/orders/{order_id}/confirm-receipt", "buyer")
+    assert answer.status_code == 200, answer.text
+    return order_id
+
+
+def takes_input(operation: schemathesis.APIOperation) -> bool:
+    """Anything to get wrong besides the bearer token (which the test sets)?"""
+    named = [p for p in operation.iter_parameters() if p.name.lower() != "authorization"]
+    return bool(named or operation.body)
+
+
+def strategy(
+    operation: schemathesis.APIOperation, mode: GenerationMode, headers: dict[str, str], ids: Ids
+) -> st.SearchStrategy[schemathesis.Case]:
+    """Cases for ``operation``: half with every input generated (ids then mostly lead nowhere),
+    half aimed at an id that exists (valid input then mostly succeeds, showing the answer)."""
+    generated = operation.as_strategy(generation_mode=mode, headers=headers)
+    names = [p.name for p in operation.path_parameters]
+    if not names or (mode is GenerationMode.NEGATIVE and not operation.body):
+        return generated
+    [name] = names
+    aimed = [
+        operation.as_strategy(generation_mode=mode, headers=headers, path_parameters={name: id_})
+        for id_ in ids[name]
+    ]
+    return st.one_of(generated, *aimed)
+
+
+async def fuzz(
+    seeded: Seeded, who: str, mode: GenerationMode, only: Callable[[str], bool]
+) -> list[str]:
+    """Schemathesis over the /api operations whose path ``only`` keeps, as ``who``: a report
+    per operation that failed a check (every operation runs, so one run shows every failure)."""
+    app = OnLoop(create_app(seeded.api.deps), asyncio.get_running_loop())
+    headers = seeded.api.auth(who)
+
+    def run() -> list[str]:
+        loaded = schemathesis.openapi.from_asgi("/openapi.json", app)
+        failures = []
+        for result in loaded.get_all_operations():
+            operation = result.ok()
+            if not operation.path.startswith("/api/") or not only(operation.path):
+                continue
+            if mode is GenerationMode.NEGATIVE and not takes_input(operation):
+                continue
+
+            @settings(
+                max_examples=EXAMPLES,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(case=strategy(operation, mode, headers, seeded.ids))
+            def calls(case: schemathesis.Case) -> None:
+                case.call_and_validate(
+                    checks=NEGATIVE_CHECKS if mode is GenerationMode.NEGATIVE else CHECKS
+                )
+
+            try:
+                calls()
+            except (Exception, BaseExceptionGroup) as exc:  # schemathesis's FailureGroup
+                failures.append(f"{operation.label} as {who} ({mode.value}): {exc}")
+        return failures
+
+    return await asyncio.to_thread(run)
+
+
+def everything(path: str) -> bool:
+    return True
+
+
+def users_routes(path: str) -> bool:
+    return not path.startswith("/api/admin/")
+
+
+MODES = [GenerationMode.POSITIVE, GenerationMode.NEGATIVE]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+async def test_every_operation_keeps_to_the_schema_for_an_admin(seeded, mode):
+    failures = await fuzz(seeded, "admin", mode, everything)
+    assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.parametrize("who", ["buyer", "seller"])
+@pytest.mark.parametrize("mode", MODES, ids=str)
+async def test_the_user_routes_keep_to_the_schema_for_a_user(seeded, who, mode):
+    failures = await fuzz(seeded, who, mode, users_routes)
+    assert not failures, "\n\n".join(failures)
+
+
+async def test_the_schema_documents_every_answer(api):
+    """A body model for each success, ErrorBody for every error, FastAPI's own 422 model gone."""
+    spec = create_app(api.deps).openapi()
+    operations = [
+        (path, op)
+        for path, item in spec["paths"].items()
+        if path.startswith("/api/")
+        for op in item.values()
+    ]
+    assert operations
+    for path, op in operations:
+        success = [code for code in op["responses"] if code.startswith("2")]
+        assert len(success) == 1, path
+        [body] = op["responses"][success[0]]["content"].values()
+        assert body["schema"], path
+        for code, answer in op["responses"].items():
+            if not code.startswith("2"):
+                ref = answer["content"]["application/json"]["schema"]["$ref"]
+                assert ref == "#/components/schemas/ErrorBody", (path, code)
+        assert {"401", "413", "503"} <= set(op["responses"]), path
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+
+
+# --- bad input changes nothing ---------------------------------------------------------------
+
+WRONG_TYPE: dict[type, Any] = {str: 7, int: "7", bool: "yes"}
+HUGE = "x" * 70_000  # over the 64 KiB limit
+
+
+async def streamed(body: bytes) -> AsyncIterator[bytes]:
+    """``body`` in chunks, so without a Content-Length."""
+    for start in range(0, len(body), 4096):
+        yield body[start : start + 4096]
+
+
+def bad_bodies(valid: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
+    """Variants of a valid body, each refused: (what, httpx arguments, expected status)."""
+    as_json = {"Content-Type": "application/json"}
+    variants = [
+        ("malformed JSON", {"content": json.dumps(valid)[:-1], "headers": as_json}, 400),
+        ("not an object", {"json": [valid]}, 422),
+        ("nothing", {"json": {}}, 422),
+        ("an unknown field", {"json": {**valid, "colour": "red"}}, 422),
+        ("a huge body", {"json": {**valid, "pad": HUGE}}, 413),
+        ("a huge body without a length", {"content": streamed(HUGE.encode())}, 413),
+    ]
+    for name, value in valid.items():
+        wrong = {**valid, name: WRONG_TYPE[type(value)]}
+        variants.append((f"a wrong type for {name}", {"json": wrong}, 422))
+    return variants
+
+
+async def test_bad_bodies_to_any_post_route_change_no_row(api):
+    goods_id = await api.goods()
+    unpaid, paid, arrived = await api.order(), await api.paid_order(), await shipped(api)
+    done, refund_id = await received(api), await api.refund()
+    waiting = (await api.call("GET", f"/api/orders/{await api.order()}", "admin")).json()
+    timer_id = waiting["timers"][0]["id"]
+    with_body = [
+        ("/api/goods", "seller", {"title": "lamp", "price": "3.10"}),
+        ("/api/orders", "buyer", {"goods_id": goods_id}),
+        (f"/api/orders/{unpaid}/payments", "buyer", {"provider": "fakepay"}),
+        (f"/api/orders/{paid}/ship", "seller", {"carrier": "SF", "tracking_no": "SF1"}),
+        (f"/api/orders/{done}/reviews", "buyer", {"rating": 4, "comment": "fine"}),
+        ("/api/admin/users", "admin", {"name": "dave", "admin": False}),
+    ]
+    without_body = [
+        (f"/api/orders/{arrived}/confirm-receipt", "buyer"),
+        (f"/api/admin/timers/{timer_id}/run-now", "admin"),
+        (f"/api/admin/refunds/{refund_id}/approve", "admin"),
+        (f"/api/orders/{unpaid}/cancel", "buyer"),
+    ]
+    before = await table_snapshot(api.deps)
+    for path, who, valid in with_body:
+        for what, kwargs, expected in bad_bodies(valid):
+            answer = await api.call("POST", path, who, **kwargs)
+            assert answer.status_code == expected, (path, what, answer.text)
+            assert set(answer.json()) == {"error"}, (path, what, answer.text)
+    for path, who in without_body:
+        answer = await api.call("POST", path, who, json={"pad": HUGE})
+        assert answer.status_code == 413, (path, answer.text)
+    assert await table_snapshot(api.deps) == before
+    # Each call was aimed where a good one does change rows.
+    for path, who, valid in with_body:
+        answer = await api.call("POST", path, who, json=valid)
+        assert answer.status_code in (200, 201), (path, answer.text)
+    for path, who in without_body:
+        answer = await api.call("POST", path, who)
+        assert answer.status_code == 200, (path, answer.text)
+
+
+# --- every answer of a whole life, checked against the schema ---------------------------------
+
+
+async def test_every_answer_of_a_whole_life_matches_the_schema(api, world):
+    """Every operation's success and its errors, called deterministically (fuzzing rarely finds
+    a valid price or provider), each answer validated against what the schema documents."""
+    answers: list[httpx.Response] = []
+
+    async def keep(response: httpx.Response) -> None:
+        await response.aread()
+        answers.append(response)
+
+    api.client.event_hooks["response"].append(keep)
+    call = api.call
+
+    goods_id = (
+        await call("POST", "/api/goods", "seller", json={"title": "t", "price": "9"})
+    ).json()["id"]
+    await call("GET", f"/api/goods/{goods_id}", "buyer")
+    order_id = (await call("POST", "/api/orders", "buyer", json={"goods_id": goods_id})).json()[
+        "id"
+    ]
+    await call("GET", f"/api/orders/{order_id}", "seller")
+    await call("POST", f"/api/orders/{order_id}/payments", "buyer", json={"provider": "fakepay"})
+    done = await received(api)
+    for who in ("buyer", "seller"):
+        await call("POST", f"/api/orders/{done}/reviews", who, json={"rating": 5, "comment": "ok"})
+    refund_id = await api.refund()
+    await call("GET", "/api/admin/refunds", "admin")
+    api.provider.refund_answers = [RefundResult.FAILED]
+    await call("POST", f"/api/admin/refunds/{refund_id}/approve", "admin")
+    await call("POST", f"/api/admin/refunds/{refund_id}/retry", "admin")
+    await call("POST", "/api/admin/users", "admin", json={"name": "erin", "admin": True})
+    timers = (await call("GET", "/api/admin/timers?state=scheduled", "admin")).json()
+    await call("POST", f"/api/admin/timers/{timers[0]['id']}/run-now", "admin")
+    await record_discrepancy(api, done)
+    world.clock.advance(timedelta(days=2))
+    assert await world.worker.run_once() > 0  # timers fire: lateness over the last hour
+    await call("GET", "/api/admin/summary", "admin")
+    world.clock.advance(timedelta(days=30))  # deadlines pass unattended: overdue, invariants
+    await call("GET", "/api/admin/overdue", "admin")
+    for state in ("stuck", "scheduled", "claimed", "done", "cancelled"):
+        await call("GET", f"/api/admin/timers?state={state}", "admin")
+    await call("GET", "/api/admin/discrepancies", "admin")
+    await call("GET", "/api/admin/refunds?state=succeeded", "admin")
+    await call("GET", "/api/admin/summary", "admin")
+    # and the errors
+    await call("GET", f"/api/orders/{order_id}", None)
+    await call("GET", "/api/admin/summary", "buyer")
+    await call("GET", "/api/orders/999999", "buyer")
+    await call("POST", f"/api/admin/refunds/{refund_id}/retry", "admin")
+    await call("POST", "/api/goods", "seller", json={"title": "t", "price": "1", "pad": HUGE})
+    await call("POST", "/api/goods", "seller", json={"title": "t"})
+    await call(
+        "POST", "/api/goods", "seller", content="{", headers={"Content-Type": "application/json"}
+    )
+
+    loaded = schemathesis.openapi.from_dict(create_app(api.deps).openapi())
+    operations = {
+        (op.method.upper(), re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", op.path) + "$")): op
+        for op in (result.ok() for result in loaded.get_all_operations())
+        if op.path.startswith("/api/")
+    }
+    seen: set[tuple[str, int]] = set()
+    for answer in answers:
+        method, path = answer.request.method, answer.request.url.path
+        [operation] = [op for (m, p), op in operations.items() if m == method and p.match(path)]
+        documented = {int(code) for code in operation.responses.status_codes}
+        assert answer.status_code in documented, (method, path, answer.status_code, answer.text)
+        assert answer.headers["content-type"] == "application/json", (method, path)
+        operation.validate_response(answer)
+        seen.add((operation.label, answer.status_code))
+    succeeded = {label for label, status in seen if status < 300}
+    assert succeeded == {op.label for op in operations.values()}
+    assert {status for _, status in seen} >= {200, 201, 400, 401, 403, 404, 409, 413, 422}
+
+
+async def record_discrepancy(api: Api, order_id: int) -> None:
+    """A discrepancy as the payment service records one (there is no route that makes one)."""
+    async with api.deps.db.write() as conn:
+        payment_id = (
+            await conn.execute(
+                select(schema.payments.c.id).where(schema.payments.c.order_id == order_id)
+            )
+        ).scalar_one()
+        await payments_store.record_discrepancy(
+            conn,
+            kind="amount",
+            order_id=order_id,
+            payment_id=payment_id,
+            detail="paid 1.00 of 12.50",
+            now=api.deps.clock.now(),
+        )
