@@ -228,7 +228,6 @@ def test_is_stuck():
         (7, Decimal("7.00")),
         (Decimal("3.10"), Decimal("3.10")),
         ("100000000.00", MAX_AMOUNT),
-        ("1e2", Decimal("100.00")),
     ],
 )
 def test_parse_yuan(value, expected):
@@ -257,6 +256,12 @@ def test_parse_yuan_equal_spellings():
         "-1",
         "-0.01",
         "100000000.01",
+        "1e2",  # plain decimal notation only: an amount reads as what it is
+        "1_000",
+        "+5",
+        "1 000",
+        ".5",
+        "5.",
         "1e30",  # huge: must be refused, not overflow the decimal context
         "1" + "0" * 40,
         "NaN",

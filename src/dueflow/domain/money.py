@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 
 from dueflow.exceptions import InvalidInput
 
 MAX_AMOUNT = Decimal("100000000.00")
 CENT = Decimal("0.01")
+#: Plain decimal notation: no sign, exponent, underscores or spaces inside (``Decimal`` takes
+#: ``"1e2"`` and ``"1_000"``; an amount must read as what it is).
+DECIMAL_TEXT = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 def parse_yuan(value: object) -> Decimal:
@@ -17,8 +21,11 @@ def parse_yuan(value: object) -> Decimal:
     """
     if isinstance(value, (bool, float)):
         raise InvalidInput("amounts are given as strings or integers, never floats")
+    text = str(value).strip()
+    if not DECIMAL_TEXT.fullmatch(text):
+        raise InvalidInput(f"not an amount: {value!r} (write it like 12.50)")
     try:
-        amount = Decimal(str(value).strip())
+        amount = Decimal(text)
     except (InvalidOperation, ValueError):
         raise InvalidInput(f"not an amount: {value!r}") from None
     if not amount.is_finite():
