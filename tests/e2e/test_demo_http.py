@@ -5,15 +5,13 @@ wrong token, a missing one or an unreachable server is one error and exit 2."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import eventually_sync
-from tests.e2e.test_serve import DUEFLOW, answers, free_port
+from tests.e2e.live import DUEFLOW, free_port, serve
 
 WINDOWS = {
     "DUEFLOW_PAY_TIMEOUT": "8s",
@@ -45,38 +43,8 @@ def demo(*args: str, env: dict[str, str] | None = None, timeout: float = 90):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     """A dev-profile server with short windows, and its admin's token."""
-    tmp = tmp_path_factory.mktemp("demo-http")
-    env = {
-        **clean_env(),
-        **WINDOWS,
-        "DUEFLOW_DATABASE_URL": f"sqlite:///{tmp / 'serve.db'}",
-        "DUEFLOW_PROFILE": "dev",
-    }
-    made = subprocess.run(
-        [str(DUEFLOW), "users", "add", "admin", "--admin"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert made.returncode == 0, made.stderr
-    token = re.search(r"token: (\S+)", made.stdout)
-    assert token is not None, made.stdout
-    port = free_port()
-    log = (tmp / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [str(DUEFLOW), "serve", "--port", str(port)], env=env, stdout=log, stderr=log
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        if not eventually_sync(lambda: answers(f"{base}/healthz"), 30, 0.1):
-            pytest.fail((tmp / "serve.log").read_text())
-        yield base, token.group(1)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=20)
-        log.close()
+    with serve(tmp_path_factory.mktemp("demo-http"), WINDOWS) as served:
+        yield served.base, served.tokens["admin"]
 
 
 def test_the_demo_runs_over_http_and_every_order_ends_final(server):

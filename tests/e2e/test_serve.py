@@ -3,11 +3,7 @@ notified over real HTTP, and a graceful stop."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -16,45 +12,14 @@ import pytest
 from dueflow import bootstrap
 from dueflow.config import load_settings
 from dueflow.service import accounts, orders, payments
-from tests.conftest import eventually, eventually_sync
-
-DUEFLOW = Path(sys.executable).parent / "dueflow"
-
-
-def answers(url: str) -> bool:
-    """The server at ``url`` is up and says 200."""
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.conftest import eventually
+from tests.e2e.live import serve
 
 
 @pytest.fixture
 def server(tmp_path: Path):
-    port = free_port()
-    db = tmp_path / "serve.db"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
-    env.update({"DUEFLOW_DATABASE_URL": f"sqlite:///{db}", "DUEFLOW_PROFILE": "dev"})
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [str(DUEFLOW), "serve", "--port", str(port)], env=env, stdout=log, stderr=log
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        if not eventually_sync(lambda: answers(f"{base}/healthz"), 30, 0.1):
-            pytest.fail((tmp_path / "serve.log").read_text())
-        yield base, db, proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=20)
-        log.close()
+    with serve(tmp_path, dev_users=False) as served:
+        yield served.base, served.db, served.proc
 
 
 async def test_a_payment_through_the_mounted_simulator_is_notified_over_http(server):
