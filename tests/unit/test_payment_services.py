@@ -106,6 +106,14 @@ class Fake(PaymentProvider):
                     provider_trade_no="T" + attempt.pay_no,
                 )
             )
+        if answer == "paid_other":
+            return CloseOutcome.paid(
+                VerifiedPayment(
+                    pay_no=attempt.pay_no,
+                    amount=attempt.amount + 1,
+                    provider_trade_no="T" + attempt.pay_no,
+                )
+            )
         if answer == "unknown":
             return CloseOutcome.unknown("gateway timeout")
         if answer == "raise":
@@ -365,6 +373,34 @@ async def test_timeout_confirms_a_paid_trade_instead_of_cancelling(world, fake):
     assert await rows(world, schema.discrepancies) == []
     assert view["refunds"] == []
     assert [e["actor"] for e in view["timeline"] if e["event"] == "pay"] == ["close_or_query"]
+
+
+async def test_a_paid_trade_with_another_amount_is_a_discrepancy_and_the_order_is_cancelled(
+    world, fake
+):
+    goods_id, order_id = await place(world)
+    pay_no = await add_attempt(world, order_id, "20260301eeeeeeeeeeeeeeee", provider="fake")
+    fake.answers[pay_no] = "paid_other"
+    world.clock.advance(timedelta(minutes=30))
+    await world.worker.drain()
+
+    view = await order_view(world.deps, order_id)
+    assert view["status"] == "cancelled_unpaid"
+    assert view["payments"][0]["state"] == "paid"  # the provider holds the money
+    assert view["payments"][0]["provider_trade_no"] == "T" + pay_no
+    assert view["refunds"] == []  # the amounts disagree: an operator settles it
+    (item,) = await rows(world, schema.goods, id=goods_id)
+    assert (item.status, item.reserved_order_id) == ("on_sale", None)
+    (found,) = await rows(world, schema.discrepancies)
+    assert (found.kind, found.order_id) == ("amount_mismatch", order_id)
+    assert "paid 13.50" in found.detail and "12.50" in found.detail
+    assert [e["event"] for e in view["timeline"]][-2:] == ["amount_mismatch", "pay_timeout"]
+    cancel = await timer(world, order_id, "cancel_unpaid")
+    assert (cancel.state, cancel.attempts) == ("done", 1)
+    # nothing more happens on later passes
+    world.clock.advance(timedelta(hours=1))
+    assert await world.worker.drain() == 0
+    assert len(await rows(world, schema.discrepancies)) == 1
 
 
 @pytest.mark.parametrize(

@@ -171,6 +171,41 @@ async def _refund_late_payment(
     )
 
 
+async def record_mismatch_at_close(
+    conn: AsyncConnection, payment: VerifiedPayment, *, detail: str, now: datetime
+) -> None:
+    """Inside the cancel's transaction: close-or-query found the trade paid, but for another
+    amount than the attempt's. The attempt is marked paid (the provider holds the money) and a
+    discrepancy ``amount_mismatch`` is recorded for an operator; no refund is created, since
+    the two amounts disagree and neither can be trusted as the one to pay back."""
+    attempt = await payments.by_pay_no(conn, payment.pay_no, for_update=True)
+    if attempt is None:
+        return
+    await payments.mark_paid(conn, attempt.id, provider_trade_no=payment.provider_trade_no, now=now)
+    text = f"{attempt.provider} {attempt.pay_no}: {detail}"
+    await payments.record_discrepancy(
+        conn,
+        kind="amount_mismatch",
+        order_id=attempt.order_id,
+        payment_id=attempt.id,
+        detail=text,
+        now=now,
+    )
+    await orders.record_events(
+        conn,
+        [attempt.order_id],
+        event="amount_mismatch",
+        actor="close_or_query",
+        now=now,
+        detail=text,
+    )
+    log.error(
+        "DISCREPANCY amount_mismatch: %s; the order is cancelled, an operator settles the money",
+        text,
+        extra={"order_id": attempt.order_id, "pay_no": attempt.pay_no},
+    )
+
+
 async def record_manual_payment(
     deps: Deps, *, order_id: int, amount: str | Decimal, reference: str | None = None
 ) -> tuple[str, PaymentOutcome]:

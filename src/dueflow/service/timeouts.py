@@ -18,8 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.timers import TimerKind
+from dueflow.exceptions import PaymentMismatch
 from dueflow.notifiers.base import Reminder
-from dueflow.payments.base import CloseResult
+from dueflow.payments.base import CloseResult, VerifiedPayment
 from dueflow.service import lifecycle, refunds
 from dueflow.service import payments as payment_service
 from dueflow.service.deps import Deps
@@ -72,11 +73,14 @@ async def cancel_unpaid(deps: Deps, batch: Sequence[Claimed]) -> None:
     closing = await payment_service.close_attempts(deps, attempts, now)
     unknown = {oid: o.reason for oid, o in closing.items() if o.result is CloseResult.UNKNOWN}
     paid: set[int] = set()
+    mismatched: dict[int, tuple[VerifiedPayment, str]] = {}
     for order_id, outcome in closing.items():
         if outcome.result is CloseResult.PAID and outcome.payment is not None:
             try:
                 await payment_service.confirm_payment(deps, outcome.payment, actor="close_or_query")
                 paid.add(order_id)
+            except PaymentMismatch as exc:
+                mismatched[order_id] = (outcome.payment, exc.message)
             except Exception as exc:
                 log.exception("confirming payment found at close failed for order %s", order_id)
                 unknown[order_id] = f"confirming the paid trade failed: {exc}"
@@ -85,6 +89,11 @@ async def cancel_unpaid(deps: Deps, batch: Sequence[Claimed]) -> None:
         for order_id in await payment_service.opened_since(conn, cancellable, attempts):
             unknown[order_id] = "a payment was started meanwhile"
         cancellable = [oid for oid in cancellable if oid not in unknown]
+        for order_id, (payment, detail) in mismatched.items():
+            if order_id in cancellable:
+                await payment_service.record_mismatch_at_close(
+                    conn, payment, detail=detail, now=now
+                )
         moved = await lifecycle.cancel_unpaid(
             conn, deps, cancellable, now=now, event=E.PAY_TIMEOUT, actor="timer", due_only=True
         )
