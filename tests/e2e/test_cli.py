@@ -124,7 +124,7 @@ def test_simulator_serves_its_keys_and_an_alipay_gateway(cli, tmp_path):
 
     import httpx
 
-    from tests.e2e.test_serve import answers
+    from tests.e2e.live import answers
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -14,7 +14,7 @@ from tests.e2e.live import Served, serve
 
 SHORT = {
     "DUEFLOW_REMINDER_AFTER": "1s",
-    "DUEFLOW_PAY_TIMEOUT": "3s",
+    "DUEFLOW_PAY_TIMEOUT": "6s",
     "DUEFLOW_SHIP_TIMEOUT": "20s",
     "DUEFLOW_RECEIVE_TIMEOUT": "2s",
     "DUEFLOW_REVIEW_TIMEOUT": "2s",
