@@ -68,6 +68,9 @@ class FakeClock(Clock):
     def __init__(self, start: datetime | None = None) -> None:
         self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
         self._moved: asyncio.Condition | None = None
+        #: Tasks inside :meth:`sleep_until` right now (tests wait for a loop to be asleep
+        #: before they move the clock past its next wake-up).
+        self.sleepers = 0
 
     def now(self) -> datetime:
         return self._now
@@ -98,7 +101,11 @@ class FakeClock(Clock):
         if self._moved is None:
             self._moved = asyncio.Condition()
         condition = self._moved
-        while self._now < when and not (wake is not None and wake.is_set()):
-            async with condition:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(condition.wait(), timeout=0.05)
+        self.sleepers += 1
+        try:
+            while self._now < when and not (wake is not None and wake.is_set()):
+                async with condition:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(condition.wait(), timeout=0.05)
+        finally:
+            self.sleepers -= 1

@@ -213,6 +213,8 @@ async def test_run_scanner_scans_at_start_and_every_interval(world):
         await eventually(lambda: world.notifier.sent)  # lets the task run; no deadline waited
         assert [r.order_id for r in world.notifier.sent] == [order_id]
         assert await status(world, order_id) == "pending_payment"
+        # the scanner is asleep until its next interval before the clock moves past it
+        await eventually(lambda: world.clock.sleepers == 1)
 
         world.clock.advance(timedelta(minutes=25))  # past the pay deadline and an interval
         await eventually(lambda: _is(world, order_id, "cancelled_unpaid"))

@@ -59,7 +59,7 @@ async def run_timer_now(deps: Deps, timer_id: int, *, actor: str) -> dict[str, A
 
 async def lateness(deps: Deps, window: timedelta = LATENESS_WINDOW) -> list[Lateness]:
     """Per kind, the lateness of the timers fired in the last ``window`` (first attempts)."""
-    async with deps.db.read() as conn:
+    async with deps.db.report() as conn:
         found = await timers.lateness_since(conn, deps.clock.now() - window)
     by_kind: dict[str, list[float]] = defaultdict(list)
     for kind, seconds in found:

@@ -48,7 +48,7 @@ class Invariants:
 async def snapshot(deps: Deps) -> Snapshot:
     """Counts by status and state, overdue and stuck timers, refunds and discrepancies."""
     now = deps.clock.now()
-    async with deps.db.read() as conn:
+    async with deps.db.report() as conn:
         return Snapshot(
             at=now,
             orders=await orders.count_by_status(conn),
@@ -75,7 +75,7 @@ async def check_invariants(deps: Deps, *, tolerance_seconds: float = 5.0) -> Inv
     late = now - timedelta(seconds=tolerance_seconds)
     result = Invariants()
     dead = [s.value for s in OrderStatus if s.is_cancelled]
-    async with deps.db.read() as conn:
+    async with deps.db.report() as conn:
         held = select(goods.c.id).join(t_orders, t_orders.c.id == goods.c.reserved_order_id)
         result.held_by_dead_order = list(
             (await conn.execute(held.where(t_orders.c.status.in_(dead)))).scalars()
@@ -108,7 +108,7 @@ async def check_invariants(deps: Deps, *, tolerance_seconds: float = 5.0) -> Inv
 
 async def lateness_seconds(deps: Deps) -> list[float]:
     """For every timer done on its first attempt, seconds from its deadline to its firing."""
-    async with deps.db.read() as conn:
+    async with deps.db.report() as conn:
         query = select(t_timers.c.deadline_at, t_timers.c.done_at).where(
             and_(t_timers.c.state == TimerState.DONE.value, t_timers.c.attempts == 1)
         )

@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from dueflow.exceptions import BackendUnavailable, Busy, ConfigError
+from dueflow.store import sqlite_inline
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,9 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    # Inline connections wait for locks on the event loop (sqlite_inline), never in SQLite.
+    inline = isinstance(dbapi_connection.driver_connection, sqlite_inline.InlineConnection)
+    cursor.execute(f"PRAGMA busy_timeout={0 if inline else SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     # A larger page cache (64 MiB, bounded) keeps big timer and order tables off the disk path.
     cursor.execute("PRAGMA cache_size=-65536")
@@ -74,8 +77,11 @@ def translate(error: exc.DBAPIError) -> Exception:
 class Database:
     """One engine and its transactions."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, report_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
+        # Long reads (reports' full-table counts) on SQLite go through the threaded driver, so
+        # they do not hold the event loop; elsewhere the one engine serves them too.
+        self.report_engine = report_engine or engine
         # SQLite has one writer at a time. Queueing our own writers here, instead of letting
         # them poll in SQLite's busy handler (which sleeps up to 100 ms a try), keeps lock
         # waits in this process fair and short; other processes still wait in busy_timeout.
@@ -97,11 +103,16 @@ class Database:
             # The same semantics as PostgreSQL's default: conditional UPDATEs and FOR UPDATE
             # see the latest committed row, and InnoDB takes no gap locks (far fewer deadlocks).
             kwargs["isolation_level"] = "READ COMMITTED"
-        engine = create_async_engine(full, **kwargs)
-        if parsed.get_backend_name() == "sqlite":
+        if parsed.get_backend_name() != "sqlite":
+            return cls(create_async_engine(full, **kwargs))
+        inline = create_async_engine(
+            full, echo=echo, async_creator=sqlite_inline.creator(parsed.database or "")
+        )
+        threaded = create_async_engine(full, **kwargs)
+        for engine in (inline, threaded):
             event.listen(engine.sync_engine, "connect", _sqlite_connect)
             event.listen(engine.sync_engine, "begin", _sqlite_begin)
-        return cls(engine)
+        return cls(inline, threaded)
 
     @property
     def dialect(self) -> str:
@@ -133,8 +144,20 @@ class Database:
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A read-only transaction (on SQLite it takes no write lock)."""
+        async with self._read(self.engine) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def report(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only transaction for long reads (counts over whole tables): on SQLite it runs
+        on the driver's thread, so the event loop goes on meanwhile."""
+        async with self._read(self.report_engine) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _read(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         try:
-            async with self.engine.connect() as conn:
+            async with engine.connect() as conn:
                 conn = await conn.execution_options(dueflow_read=True)
                 async with conn.begin():
                     yield conn
@@ -144,3 +167,5 @@ class Database:
     async def dispose(self) -> None:
         """Close every pooled connection."""
         await self.engine.dispose()
+        if self.report_engine is not self.engine:
+            await self.report_engine.dispose()
