@@ -34,7 +34,7 @@ from dueflow.store import timers
 from dueflow.store.schema import orders
 from dueflow.store.timers import Armed
 from dueflow.timers import registry
-from dueflow.timers.rabbitmq import LEVELS_MS, RabbitTrigger, choose_level
+from dueflow.timers.rabbitmq import LEVELS_MS, RabbitTrigger, _Tags, choose_level
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import scan_once
 from tests.conftest import in_ci, require_service
@@ -248,6 +248,48 @@ def test_from_url_refuses_bad_options(url):
         RabbitTrigger.from_url(url)
 
 
+# --- settling deliveries in few frames (pure) --------------------------------------------------
+
+
+def tags_delivered(*tags: int) -> _Tags:
+    state = _Tags()
+    for tag in tags:
+        state.delivered(tag)
+    return state
+
+
+def test_a_whole_prefix_of_deliveries_is_acked_in_one_multiple_ack():
+    state = tags_delivered(1, 2, 3, 4)
+    assert state.ack_frames({1, 2, 3, 4}) == [(4, True)]
+    assert state.unsettled == set()
+
+
+def test_a_multiple_ack_never_reaches_a_delivery_still_unsettled():
+    state = tags_delivered(1, 2, 3, 4, 5, 6)
+    # 3 is held (or being re-armed, or handed to another loop): 4 and 6 go one by one.
+    assert state.ack_frames({1, 2, 4, 6}) == [(2, True), (4, False), (6, False)]
+    assert state.unsettled == {3, 5}
+    assert state.ack_frames({3}) == [(3, True)]  # everything below 3 is settled
+    assert state.ack_frames({5}) == [(5, True)]
+
+
+def test_a_multiple_ack_never_reaches_a_delivery_not_seen_yet():
+    state = tags_delivered(1, 3, 4)  # 2 is delivered but its task has not run yet
+    assert state.seen == 1
+    assert state.ack_frames({1, 3, 4}) == [(1, True), (3, False), (4, False)]
+    state.delivered(2)
+    assert state.seen == 4
+    assert state.ack_frames({2}) == [(2, True)]
+
+
+def test_a_tag_is_never_settled_twice():
+    state = tags_delivered(1, 2, 3)
+    assert state.ack_frames({2}) == [(2, False)]
+    assert state.ack_frames({2}) == []
+    assert state.ack_frames({1, 2, 3}) == [(3, True)]
+    assert state.ack_frames({1, 2, 3}) == []
+
+
 # --- timing through the real broker -----------------------------------------------------------
 
 
@@ -400,6 +442,28 @@ async def test_unacked_timers_are_redelivered_after_a_worker_dies(make_trigger, 
     again = await collect(second, {12}, within=2, ack=False)
     assert again.keys() == {12}
     await second.ack([12])
+    await second.close()
+    assert await depths(admin, second) == {}
+
+
+@rabbitmq
+async def test_acking_some_of_a_batch_settles_exactly_those(make_trigger, admin):
+    # Acks go out as multiple acks where they can: they must never take along a delivery that
+    # was not acked (it comes back when the worker is gone), nor fail for one acked before.
+    first = make_trigger()
+    now = CLOCK.now()
+    await first.armed([Armed(i, now) for i in range(1, 41)])
+    got = await collect(first, set(range(1, 41)), within=3, ack=False)
+    assert got.keys() == set(range(1, 41))
+    await first.ack([i for i in range(1, 41) if i % 10 == 3])  # one by one, first
+    await first.ack([i for i in range(1, 41) if i % 10 not in (3, 7)])
+    await first.close()  # killed before acking 7, 17, 27, 37
+    second = make_trigger()
+    again = await collect(second, {7, 17, 27, 37}, within=3, ack=False)
+    assert again.keys() == {7, 17, 27, 37}
+    await asyncio.sleep(0.2)
+    assert await second.wait(CLOCK, CLOCK.now() + timedelta(seconds=0.2)) == []
+    await second.ack(list(again))
     await second.close()
     assert await depths(admin, second) == {}
 

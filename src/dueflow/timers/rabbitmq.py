@@ -20,6 +20,11 @@ killed before that loses nothing, RabbitMQ redelivers them (the database claim d
 Ids handed over and not acked within ``redeliver_after`` (a worker loop that failed before its
 ack) are given back to RabbitMQ, so that they cannot use up the prefetch and stall the trigger.
 
+A batch of timers is published concurrently, straight on the AMQP channel (no socket drain
+between messages), and its publisher confirms are awaited together. Acks go out in as few
+frames as can be: one ``multiple`` ack for the settled deliveries below every delivery still
+held, in flight or not yet seen, single acks for the rest (see ``_Tags``).
+
 Only timers due within ``horizon`` are published; the feeder hands over the rest as they come
 near. Losing the queues costs lateness, never a deadline: the scanner fires what was lost.
 
@@ -38,7 +43,7 @@ import logging
 import re
 import time
 from bisect import bisect_right
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -52,7 +57,9 @@ from aio_pika.abc import (
     AbstractRobustConnection,
 )
 from aio_pika.exceptions import CONNECTION_EXCEPTIONS, ChannelInvalidStateError
-from aiormq.abc import DeliveredMessage
+from aiormq import Channel as AmqpChannel
+from aiormq.abc import AbstractChannel, DeliveredMessage
+from pamqp.commands import Basic
 
 from dueflow.clock import Clock, SystemClock
 from dueflow.domain.deadlines import parse_duration
@@ -149,6 +156,43 @@ class _Held:
     message: AbstractIncomingMessage = field(compare=False)
 
 
+@dataclass
+class _Tags:
+    """The deliveries of one consuming channel (RabbitMQ numbers them 1, 2, 3, ... per channel):
+    the tags not settled yet, and ``seen``, the tag up to which every delivery has reached the
+    trigger (a delivery is a task of its own, so one may be seen before an earlier one)."""
+
+    unsettled: set[int] = field(default_factory=set)
+    seen: int = 0
+    early: set[int] = field(default_factory=set)
+
+    def delivered(self, tag: int) -> None:
+        self.unsettled.add(tag)
+        if tag != self.seen + 1:
+            if tag > self.seen:
+                self.early.add(tag)
+            return
+        self.seen = tag
+        while self.seen + 1 in self.early:
+            self.seen += 1
+            self.early.discard(self.seen)
+
+    def ack_frames(self, tags: set[int]) -> list[tuple[int, bool]]:
+        """Settle ``tags`` (those still unsettled): the ``(tag, multiple)`` acks to send.
+
+        One ``multiple`` ack covers the tags below every other unsettled tag and below every
+        delivery not seen yet (a ``multiple`` ack settles all un-acked tags up to it, so it must
+        never reach one that is held, being re-armed, handed over elsewhere or not seen); the
+        rest are acked one by one. Never a tag twice: RabbitMQ closes the channel for that."""
+        tags &= self.unsettled
+        self.unsettled -= tags
+        limit = min(self.seen + 1, min(self.unsettled, default=self.seen + 1))
+        below = [t for t in tags if t < limit]
+        frames = [(max(below), True)] if below else []
+        frames += [(t, False) for t in sorted(tags) if t >= limit]
+        return frames
+
+
 class RabbitTrigger(Trigger):
     """Fixed-TTL delay-level queues on RabbitMQ, hopping down by explicit re-publish."""
 
@@ -202,6 +246,13 @@ class RabbitTrigger(Trigger):
         self._handed: dict[int, list[AbstractIncomingMessage]] = {}
         self._handed_at: dict[int, float] = {}  # monotonic
         self._seq = itertools.count()
+        # Settling (see _Tags): per consuming AMQP channel, its deliveries; acks are sent under
+        # one lock so that a multiple ack never overtakes a single one it would cover.
+        self._tags: dict[AbstractChannel, _Tags] = {}
+        self._settle_lock: asyncio.Lock | None = None
+        # Re-armed deliveries waiting to be acked together, and the task acking them.
+        self._rearmed: list[AbstractIncomingMessage] = []
+        self._rearm_acks: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
         self._wake_gen = 0
         self._wake_seen = 0
@@ -309,15 +360,37 @@ class RabbitTrigger(Trigger):
 
     # -- publishing ----------------------------------------------------------------------------
 
-    async def _publish(self, channel: AbstractRobustChannel, timer: Armed, queue: str) -> None:
-        message = aio_pika.Message(
-            encode(timer),
+    async def _underlay(self) -> AmqpChannel:
+        """The open AMQP channel under the publishing channel (bounded by the publish timeout
+        while a dropped connection is being restored)."""
+        channel = await self._channel()
+        if channel.is_closed:
+            raise ChannelInvalidStateError("the rabbitmq trigger's publishing channel is closed")
+        async with asyncio.timeout(self.publish_timeout):
+            underlay = await channel.get_underlay_channel()
+        assert isinstance(underlay, AmqpChannel)
+        return underlay
+
+    async def _publish(self, channel: AmqpChannel, timer: Armed, queue: str) -> None:
+        """Publish one timer (persistent, mandatory) and wait for RabbitMQ's confirm.
+
+        Straight on the AMQP channel, without waiting for the socket to drain between messages:
+        the channel lock is held only to queue the frames, so concurrent publishes go out
+        back to back and their confirms are awaited together (aio-pika's ``publish`` drains
+        after every message while holding the lock, one message per round trip)."""
+        properties = Basic.Properties(
             content_type="application/json",
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            delivery_mode=2,  # persistent
             message_id=str(timer.id),
         )
-        result = await channel.default_exchange.publish(
-            message, routing_key=queue, mandatory=True, timeout=self.publish_timeout
+        result = await channel.basic_publish(
+            encode(timer),
+            exchange="",
+            routing_key=queue,
+            properties=properties,
+            mandatory=True,
+            timeout=self.publish_timeout,
+            wait=False,
         )
         if isinstance(result, DeliveredMessage):  # returned: only if on_return_raises is off
             raise BackendUnavailable(f"RabbitMQ returned timer {timer.id}: no queue {queue!r}")
@@ -333,7 +406,12 @@ class RabbitTrigger(Trigger):
         assert self.horizon is not None
         if all(t.due_at > self.clock.now() + self.horizon for t in timers):
             return
-        channel = await self._channel()
+        try:
+            channel = await self._underlay()
+        except _ERRORS as exc:
+            raise BackendUnavailable(
+                f"RabbitMQ cannot take timers now: {type(exc).__name__}: {exc}"
+            ) from exc
         now = self.clock.now()  # after connecting, which may have taken a while
         limit = now + self.horizon
         todo = [t for t in timers if t.due_at <= limit]
@@ -392,12 +470,12 @@ class RabbitTrigger(Trigger):
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         """Sort a delivery: due (keep for a worker), due within the smallest level (hold until
         due), or further away (re-publish to the level that fits, then ack)."""
+        self._delivered(message)
         try:
             timer = decode(message.body)
         except ValueError:
             log.warning("dropping a message that is not a timer: %r", message.body[:80])
-            with contextlib.suppress(*_ERRORS):
-                await message.reject(requeue=False)
+            await self._reject([message], requeue=False)
             return
         now = self._consumer_clock.now()
         level = choose_level(timer.due_at - now)
@@ -409,7 +487,7 @@ class RabbitTrigger(Trigger):
             self._notify()
             return
         try:
-            channel = await self._channel()
+            channel = await self._underlay()
             await self._publish(channel, timer, self.level_queue(level))
         except Exception as exc:
             # Keep it un-acked and hand it over when due: late by nothing, held in memory
@@ -418,12 +496,85 @@ class RabbitTrigger(Trigger):
             heapq.heappush(self._held, _Held(timer.due_at, next(self._seq), timer.id, message))
             self._notify()
             return
+        # Acked with the others re-armed at about the same time, in as few frames as can be.
+        self._rearmed.append(message)
+        if self._rearm_acks is None or self._rearm_acks.done():
+            self._rearm_acks = asyncio.create_task(self._ack_rearmed())
+
+    async def _ack_rearmed(self) -> None:
+        await asyncio.sleep(0)  # let the confirms that came in together join
+        while self._rearmed:
+            messages, self._rearmed = self._rearmed, []
+            errors = await self._ack_all(messages)
+            if errors:
+                log.info(
+                    "could not ack %d re-armed timers (%s): they come back as duplicates",
+                    len(messages),
+                    errors[0],
+                )
+
+    # -- settling deliveries -------------------------------------------------------------------
+
+    def _delivered(self, message: AbstractIncomingMessage) -> None:
         try:
-            await message.ack()
-        except _ERRORS as exc:
-            log.info(
-                "could not ack re-armed timer %d (%s): it comes back as a duplicate", timer.id, exc
-            )
+            channel = message.channel
+        except ChannelInvalidStateError:
+            return
+        tags = self._tags.get(channel)
+        if tags is None:
+            for closed in [c for c in self._tags if c.is_closed]:
+                del self._tags[closed]
+            tags = self._tags[channel] = _Tags()
+        assert message.delivery_tag is not None
+        tags.delivered(message.delivery_tag)
+
+    def _settling(self) -> asyncio.Lock:
+        if self._settle_lock is None:
+            self._settle_lock = asyncio.Lock()
+        return self._settle_lock
+
+    async def _ack_all(self, messages: Iterable[AbstractIncomingMessage]) -> list[Exception]:
+        """Ack these deliveries, many in one ``multiple`` ack where that is safe; the errors.
+
+        A delivery whose channel closed is skipped: RabbitMQ has already put it back."""
+        by_channel: dict[AbstractChannel, set[int]] = defaultdict(set)
+        for message in messages:
+            try:
+                channel = message.channel
+            except ChannelInvalidStateError:
+                continue
+            assert message.delivery_tag is not None
+            by_channel[channel].add(message.delivery_tag)
+        errors: list[Exception] = []
+        async with self._settling():
+            for channel, tags in by_channel.items():
+                known = self._tags.get(channel)
+                frames = known.ack_frames(tags) if known else [(t, False) for t in sorted(tags)]
+                for tag, multiple in frames:
+                    try:
+                        await channel.basic_ack(tag, multiple=multiple, wait=False)
+                    except ChannelInvalidStateError:
+                        break  # its channel closed: RabbitMQ has already put them back
+                    except Exception as exc:
+                        errors.append(exc)
+        return errors
+
+    async def _reject(self, messages: Iterable[AbstractIncomingMessage], *, requeue: bool) -> None:
+        """Give deliveries back (``requeue``) or drop them, one by one; trouble is ignored (a
+        channel in trouble closes, and RabbitMQ puts its deliveries back)."""
+        async with self._settling():
+            for message in messages:
+                try:
+                    known = self._tags.get(message.channel)
+                except ChannelInvalidStateError:
+                    continue
+                tag = message.delivery_tag
+                if known is not None and tag is not None:
+                    if tag not in known.unsettled:
+                        continue  # settled already
+                    known.unsettled.discard(tag)
+                with contextlib.suppress(*_ERRORS):
+                    await message.reject(requeue=requeue)
 
     def _take_ready(self, now: datetime) -> list[int]:
         while self._held and self._held[0].due_at <= now:
@@ -454,8 +605,7 @@ class RabbitTrigger(Trigger):
         if not stale:
             return
         log.warning("%d timers handed over were not acked; giving them back", len(stale))
-        messages = list(self._forget(stale))
-        await asyncio.gather(*(m.nack(requeue=True) for m in messages), return_exceptions=True)
+        await self._reject(list(self._forget(stale)), requeue=True)
 
     async def wait(self, clock: Clock, until: datetime) -> Sequence[int] | None:
         """Hand over the ids of timers that are due, as soon as there are some (up to
@@ -506,15 +656,7 @@ class RabbitTrigger(Trigger):
         messages = list(self._forget(timer_ids))
         if not messages:
             return
-        results = await asyncio.gather(*(m.ack() for m in messages), return_exceptions=True)
-        errors: list[Exception] = []
-        for result in results:
-            if isinstance(result, ChannelInvalidStateError):
-                continue  # its channel closed: RabbitMQ has already put it back
-            if isinstance(result, BaseException):
-                if not isinstance(result, Exception):
-                    raise result
-                errors.append(result)
+        errors = await self._ack_all(messages)
         if errors:
             first = errors[0]
             raise BackendUnavailable(
@@ -534,6 +676,11 @@ class RabbitTrigger(Trigger):
         self._held.clear()
         self._handed.clear()
         self._handed_at.clear()
+        self._rearmed.clear()
+        self._tags.clear()
+        rearm_acks, self._rearm_acks = self._rearm_acks, None
+        if rearm_acks is not None:
+            rearm_acks.cancel()
         for channel in channels:
             if channel is not None:
                 with contextlib.suppress(*_ERRORS):
