@@ -10,12 +10,14 @@ from sqlalchemy import select
 
 from dueflow.domain.timers import backoff
 from dueflow.exceptions import (
+    Busy,
     InvalidInput,
     InvalidTransition,
     NotFound,
     PaymentMismatch,
     ProviderUnavailable,
 )
+from dueflow.locks import Locks
 from dueflow.payments.base import (
     CloseOutcome,
     CloseResult,
@@ -345,6 +347,79 @@ async def test_second_attempt_paid_on_paid_order(world):
             world.deps, VerifiedPayment(pay_no, Decimal("12.50")), actor="notify"
         ) is (PaymentOutcome.DUPLICATE)
     assert await snapshot(world) == before
+
+
+class RecordingLocks(Locks):
+    """Real locks (not :class:`NoLocks`) that record which keys were taken, and can refuse."""
+
+    def __init__(self, busy: set[str] | None = None) -> None:
+        self.taken: list[str] = []
+        self.busy = busy or set()
+
+    async def acquire(self, key, ttl):
+        if key in self.busy:
+            return None
+        self.taken.append(key)
+        return key
+
+    async def release(self, key, token):
+        return True
+
+
+async def test_confirm_payment_takes_the_order_lock_when_locks_are_real(world, monkeypatch):
+    _, order_id = await place(world)
+    pay_no = await add_attempt(world, order_id, "20260301abababababababab")
+    monkeypatch.setattr(world.deps, "locks", RecordingLocks(busy={"order:0"}))
+    with pytest.raises(NotFound):
+        await payments.confirm_payment(
+            world.deps, VerifiedPayment("nosuchpayno", Decimal("12.50")), actor="notify"
+        )
+    assert world.deps.locks.taken == []  # unknown: refused before any lock
+    payment = VerifiedPayment(pay_no, Decimal("12.50"))
+    assert await payments.confirm_payment(world.deps, payment, actor="notify") is (
+        PaymentOutcome.CONFIRMED
+    )
+    assert world.deps.locks.taken == [f"order:{order_id}"]
+    before = await snapshot(world)
+    monkeypatch.setattr(world.deps, "locks", RecordingLocks(busy={f"order:{order_id}"}))
+    with pytest.raises(Busy):
+        await payments.confirm_payment(world.deps, payment, actor="notify")
+    assert await snapshot(world) == before
+
+
+async def test_confirm_payment_check_and_also_share_its_transaction(world):
+    _, order_id = await place(world)
+    pay_no = await add_attempt(world, order_id, "20260301acacacacacacacac")
+    payment = VerifiedPayment(pay_no, Decimal("12.50"))
+    before = await snapshot(world)
+    seen: list[object] = []
+
+    def refuse(attempt):
+        seen.append(attempt.pay_no)
+        raise InvalidInput("not this one")
+
+    with pytest.raises(InvalidInput):
+        await payments.confirm_payment(world.deps, payment, actor="notify", check=refuse)
+    assert seen == [pay_no]
+    assert await snapshot(world) == before  # refused before any write
+
+    async def fail_after(conn, outcome):
+        seen.append(outcome)
+        raise ProviderUnavailable("after the writes")
+
+    with pytest.raises(ProviderUnavailable):
+        await payments.confirm_payment(world.deps, payment, actor="notify", also=fail_after)
+    assert seen[-1] is PaymentOutcome.CONFIRMED
+    assert await snapshot(world) == before  # rolled back with what came after
+
+    def accept(attempt):
+        seen.append(attempt.order_id)
+
+    assert await payments.confirm_payment(world.deps, payment, actor="notify", check=accept) is (
+        PaymentOutcome.CONFIRMED
+    )
+    assert seen[-1] == order_id
+    assert (await order_view(world.deps, order_id))["status"] == "pending_shipment"
 
 
 # ---------------------------------------------------------------- close-or-query

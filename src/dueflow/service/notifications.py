@@ -7,8 +7,12 @@ notification changes nothing but its inbox row.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.exceptions import (
     AmountMismatch,
@@ -44,7 +48,13 @@ class Receipt:
 async def receive(
     deps: Deps, provider_name: str, body: bytes, headers: Mapping[str, str]
 ) -> Receipt:
-    """Keep, verify and apply one raw notification."""
+    """Keep, verify and apply one raw notification.
+
+    Two write transactions when it is applied: the inbox row alone (committed before anything
+    else, so a crash after receipt loses nothing), then the payment's effects together with the
+    inbox row's verdict. A refused notification's transaction is rolled back and its verdict
+    written on its own.
+    """
     now = deps.clock.now()
     truncated = len(body) > MAX_BODY
     async with deps.db.write() as conn:
@@ -61,7 +71,7 @@ async def receive(
         if truncated:
             raise MalformedNotification(f"body over {MAX_BODY} bytes")
         note = deps.providers.get(provider_name).verify_notification(body, headers, now)
-        outcome = await _apply(deps, provider_name, note)
+        outcome = await _apply(deps, provider_name, note, inbox_id)
     except (NotificationRejected, DomainError) as exc:
         log.warning("%s notification %s rejected: %s", provider_name, inbox_id, exc.message)
         return await _judged(
@@ -72,7 +82,29 @@ async def receive(
         return await _judged(
             deps, provider_name, inbox_id, note, accepted=False, outcome="error", error=exc
         )
-    return await _judged(deps, provider_name, inbox_id, note, accepted=True, outcome=outcome)
+    deps.metrics.notifications.labels(provider_name, outcome).inc()
+    return Receipt(True, outcome, inbox_id)
+
+
+async def _verdict(
+    conn: AsyncConnection,
+    inbox_id: int,
+    note: ProviderNotification | None,
+    *,
+    outcome: str,
+    error: Exception | None = None,
+) -> None:
+    message = getattr(error, "message", str(error)) if error is not None else ""
+    code = getattr(error, "code", "error")
+    await notifications.judge(
+        conn,
+        inbox_id,
+        verified=note is not None,
+        outcome=outcome,
+        error=f"{code}: {message}" if error is not None else None,
+        pay_no=note.pay_no if note else None,
+        event=note.event.value if note else None,
+    )
 
 
 async def _judged(
@@ -85,39 +117,55 @@ async def _judged(
     outcome: str,
     error: Exception | None = None,
 ) -> Receipt:
+    """The verdict in a transaction of its own (refused, failed, or a refund's answer)."""
     deps.metrics.notifications.labels(provider, outcome).inc()
     message = getattr(error, "message", str(error)) if error is not None else ""
-    code = getattr(error, "code", "error")
     async with deps.db.write() as conn:
-        await notifications.judge(
-            conn,
-            inbox_id,
-            verified=note is not None,
-            outcome=outcome,
-            error=f"{code}: {message}" if error is not None else None,
-            pay_no=note.pay_no if note else None,
-            event=note.event.value if note else None,
-        )
+        await _verdict(conn, inbox_id, note, outcome=outcome, error=error)
     return Receipt(accepted, outcome, inbox_id, message)
 
 
-async def _apply(deps: Deps, provider_name: str, note: ProviderNotification) -> str:
+def _checker(provider_name: str, note: ProviderNotification) -> Callable[[Row[Any] | None], None]:
+    """The notification's own checks of its attempt, before any effect: known, this provider's,
+    and (when paid) the exact amount."""
+
+    def check(attempt: Row[Any] | None) -> None:
+        if attempt is None:
+            raise NotificationRejected(f"unknown out_trade_no {note.pay_no}")
+        if attempt.provider != provider_name:
+            raise WrongMerchant(f"{note.pay_no} is a {attempt.provider} attempt")
+        if note.event is NotificationEvent.PAID and note.amount != attempt.amount:
+            raise AmountMismatch(
+                f"notified {note.amount}, attempt {note.pay_no} is for {attempt.amount}"
+            )
+
+    return check
+
+
+async def _apply(deps: Deps, provider_name: str, note: ProviderNotification, inbox_id: int) -> str:
+    """Apply a verified notification and write its verdict; returns the outcome."""
     if note.event is NotificationEvent.REFUND:
         if note.refund_no is None or note.refund is None:
             raise MalformedNotification("a refund notification without its refund")
         await refunds.record_answer(deps, note.refund_no, note.refund)
-        return "refund_updated"
-    async with deps.db.read() as conn:
-        attempt = await payments.by_pay_no(conn, note.pay_no)
-    if attempt is None:
-        raise NotificationRejected(f"unknown out_trade_no {note.pay_no}")
-    if attempt.provider != provider_name:
-        raise WrongMerchant(f"{note.pay_no} is a {attempt.provider} attempt")
-    if note.event is not NotificationEvent.PAID:
+        outcome = "refund_updated"
+        async with deps.db.write() as conn:
+            await _verdict(conn, inbox_id, note, outcome=outcome)
+        return outcome
+    check = _checker(provider_name, note)
+    if note.event is not NotificationEvent.PAID or note.amount is None:
+        async with deps.db.write() as conn:
+            # Paid without an amount: the check refuses it (no amount equals the attempt's).
+            check(await payments.by_pay_no(conn, note.pay_no))
+            await _verdict(conn, inbox_id, note, outcome="recorded")
         return "recorded"
-    if note.amount != attempt.amount:
-        raise AmountMismatch(
-            f"notified {note.amount}, attempt {note.pay_no} is for {attempt.amount}"
-        )
-    paid = VerifiedPayment(note.pay_no, attempt.amount, note.provider_trade_no)
-    return (await payment_service.confirm_payment(deps, paid, actor=provider_name)).value
+
+    async def verdict(conn: AsyncConnection, result: payment_service.PaymentOutcome) -> None:
+        await _verdict(conn, inbox_id, note, outcome=result.value)
+
+    # The check, the confirmation and the verdict: one transaction, committed before the answer.
+    paid = VerifiedPayment(note.pay_no, note.amount, note.provider_trade_no)
+    outcome = await payment_service.confirm_payment(
+        deps, paid, actor=provider_name, check=check, also=verdict
+    )
+    return outcome.value

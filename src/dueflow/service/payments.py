@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
@@ -25,6 +25,7 @@ from dueflow.exceptions import (
     NotFound,
     PaymentMismatch,
 )
+from dueflow.locks import NoLocks
 from dueflow.payments.base import Attempt, CloseOutcome, CloseResult, VerifiedPayment
 from dueflow.service.deps import Deps
 from dueflow.store import goods, orders, payments, timers
@@ -51,36 +52,71 @@ def new_pay_no(now: datetime) -> str:
     return now.strftime("%Y%m%d") + secrets.token_hex(8)
 
 
-async def confirm_payment(deps: Deps, payment: VerifiedPayment, *, actor: str) -> PaymentOutcome:
+#: Inside the confirm's write transaction, before any write: the caller's own checks of the
+#: locked attempt (None when no attempt has the pay_no); raising refuses the payment unchanged.
+AttemptCheck = Callable[[Row[Any] | None], None]
+#: Inside the confirm's write transaction, after the payment is applied: the caller's own writes
+#: that must commit with it (a notification's verdict).
+AlsoWrite = Callable[[AsyncConnection, PaymentOutcome], Awaitable[None]]
+
+
+async def confirm_payment(
+    deps: Deps,
+    payment: VerifiedPayment,
+    *,
+    actor: str,
+    check: AttemptCheck | None = None,
+    also: AlsoWrite | None = None,
+) -> PaymentOutcome:
     """Apply a verified payment exactly once.
 
     The first conditional update wins: if the order is still pending payment it moves to pending
     shipment; if it was cancelled (or paid by another attempt) the money becomes a recorded
     discrepancy and a refund in review, never an ignored success.
 
+    ``check`` and ``also`` run inside the same write transaction (see :data:`AttemptCheck` and
+    :data:`AlsoWrite`).
+
     Raises:
         NotFound: no attempt has this pay_no.
         PaymentMismatch: the amount differs from the attempt's.
     """
+    if isinstance(deps.locks, NoLocks):
+        # The lock would be a no-op: skip the read that only finds its key (the order id).
+        return await confirm_payment_locked(deps, payment, actor=actor, check=check, also=also)
     async with deps.db.read() as conn:
         known = await payments.by_pay_no(conn, payment.pay_no)
     if known is None:
+        if check is not None:
+            check(None)
         raise NotFound(f"no payment attempt {payment.pay_no}")
     async with locks.held(deps.locks, f"order:{known.order_id}", deps.lock_ttl):
-        return await confirm_payment_locked(deps, payment, actor=actor)
+        return await confirm_payment_locked(deps, payment, actor=actor, check=check, also=also)
 
 
 async def confirm_payment_locked(
-    deps: Deps, payment: VerifiedPayment, *, actor: str
+    deps: Deps,
+    payment: VerifiedPayment,
+    *,
+    actor: str,
+    check: AttemptCheck | None = None,
+    also: AlsoWrite | None = None,
 ) -> PaymentOutcome:
     """:func:`confirm_payment` for a caller that already holds the order's lock (locks are not
     re-entrant)."""
     now = deps.clock.now()
     async with deps.db.write() as conn:
-        attempt = await payments.by_pay_no(conn, payment.pay_no, for_update=True)
+        # One statement: the attempt and its order (both locked), the order's type for the move.
+        attempt = await payments.with_order_by_pay_no(conn, payment.pay_no, for_update=True)
+        if check is not None:
+            check(attempt)
         if attempt is None:
             raise NotFound(f"no payment attempt {payment.pay_no}")
-        outcome, armed = await apply_payment(conn, deps, attempt, payment, now=now, actor=actor)
+        outcome, armed = await apply_payment(
+            conn, deps, attempt, payment, now=now, actor=actor, order_type=attempt.order_type
+        )
+        if also is not None:
+            await also(conn, outcome)
     await deps.arm(armed)
     return outcome
 
@@ -93,41 +129,39 @@ async def apply_payment(
     *,
     now: datetime,
     actor: str,
+    order_type: str | None = None,
 ) -> tuple[PaymentOutcome, list[timers.Armed]]:
-    """Inside a write transaction holding the attempt: the body of :func:`confirm_payment`."""
+    """Inside a write transaction holding the attempt: the body of :func:`confirm_payment`.
+
+    ``order_type``: the order's type when the caller already holds the order locked (read with
+    the attempt); otherwise the order is read and locked here."""
     if payment.amount != attempt.amount:
         raise PaymentMismatch(
             f"paid {payment.amount} but attempt {attempt.pay_no} is for {attempt.amount}"
         )
     if attempt.state == payments.PAID:
         return PaymentOutcome.DUPLICATE, []
-    await orders.get(conn, attempt.order_id, for_update=True)
+    if order_type is None:
+        order = await orders.get(conn, attempt.order_id, for_update=True)
+        assert order is not None  # a foreign key
+        order_type = str(order.order_type)
     await payments.mark_paid(conn, attempt.id, provider_trade_no=payment.provider_trade_no, now=now)
+    ship_deadline = deps.policy.ship_deadline(order_type, now)
+    # Plain values (not per type): one conditional UPDATE ... RETURNING where the dialect has it.
     moved = await orders.move(
         conn,
         [attempt.order_id],
         expected=OrderStatus.PENDING_PAYMENT,
         to=OrderStatus.PENDING_SHIPMENT,
         now=now,
-        values=lambda order_type: {
-            "paid_at": now,
-            "ship_deadline": deps.policy.ship_deadline(order_type, now),
-        },
+        values={"paid_at": now, "ship_deadline": ship_deadline},
     )
     if moved:
         order = moved[0]
         await deps.hold.settle(conn, [order.id], now)
         await timers.cancel_for_orders(conn, [order.id], now)
         armed = await timers.schedule(
-            conn,
-            [
-                timers.NewTimer(
-                    order.id,
-                    TimerKind.CANCEL_UNSHIPPED,
-                    deps.policy.ship_deadline(order.order_type, now),
-                )
-            ],
-            now,
+            conn, [timers.NewTimer(order.id, TimerKind.CANCEL_UNSHIPPED, ship_deadline)], now
         )
         await orders.record_events(
             conn,
@@ -247,7 +281,7 @@ async def _record_manual(
         assert attempt is not None
         payment = VerifiedPayment(pay_no=pay_no, amount=value, provider_trade_no=reference)
         outcome, armed = await apply_payment(
-            conn, deps, attempt, payment, now=now, actor="operator"
+            conn, deps, attempt, payment, now=now, actor="operator", order_type=order.order_type
         )
     return pay_no, outcome, armed
 

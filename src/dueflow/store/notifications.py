@@ -7,10 +7,40 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, insert, select, update
+from sqlalchemy import Row, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store.schema import notifications
+
+
+def _param(name: str) -> Any:
+    """A bind parameter ``p_<name>`` typed like the inbox column ``name`` (a parameter may not
+    share its column's name in VALUES or SET)."""
+    return bindparam(f"p_{name}", type_=notifications.c[name].type)
+
+
+# Built once (every notification runs both): building and keying a statement per call costs
+# more than executing it on SQLite.
+_STORE = insert(notifications).values(
+    provider=_param("provider"),
+    received_at=_param("received_at"),
+    headers=_param("headers"),
+    body=_param("body"),
+    body_truncated=_param("body_truncated"),
+    verified=False,
+    outcome="received",
+)
+_JUDGE = (
+    update(notifications)
+    .where(notifications.c.id == bindparam("p_id", type_=notifications.c.id.type))
+    .values(
+        verified=_param("verified"),
+        outcome=_param("outcome"),
+        error=_param("error"),
+        pay_no=_param("pay_no"),
+        event=_param("event"),
+    )
+)
 
 
 async def store(
@@ -24,15 +54,14 @@ async def store(
 ) -> int:
     """Keep a raw notification as received; returns its inbox id."""
     result = await conn.execute(
-        insert(notifications).values(
-            provider=provider,
-            received_at=now,
-            headers=json.dumps(dict(headers), ensure_ascii=False, sort_keys=True),
-            body=body,
-            body_truncated=truncated,
-            verified=False,
-            outcome="received",
-        )
+        _STORE,
+        {
+            "p_provider": provider,
+            "p_received_at": now,
+            "p_headers": json.dumps(dict(headers), ensure_ascii=False, sort_keys=True),
+            "p_body": body,
+            "p_body_truncated": truncated,
+        },
     )
     return int(result.inserted_primary_key[0])  # type: ignore[index]
 
@@ -49,15 +78,15 @@ async def judge(
 ) -> None:
     """Record what became of a notification."""
     await conn.execute(
-        update(notifications)
-        .where(notifications.c.id == inbox_id)
-        .values(
-            verified=verified,
-            outcome=outcome,
-            error=error[:2000] if error else None,
-            pay_no=pay_no[:32] if pay_no else None,
-            event=event,
-        )
+        _JUDGE,
+        {
+            "p_id": inbox_id,
+            "p_verified": verified,
+            "p_outcome": outcome,
+            "p_error": error[:2000] if error else None,
+            "p_pay_no": pay_no[:32] if pay_no else None,
+            "p_event": event,
+        },
     )
 
 

@@ -7,11 +7,11 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Row, func, insert, select, update
+from sqlalchemy import Row, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store.schema import discrepancies, payments, refunds
+from dueflow.store.schema import discrepancies, orders, payments, refunds
 
 OPEN = "open"
 PAID = "paid"
@@ -58,6 +58,34 @@ async def by_pay_no(
     return (await conn.execute(query)).first()
 
 
+# The confirm path's statements, built once: building and keying a statement per call costs
+# more than executing it on SQLite.
+_WITH_ORDER = (
+    select(payments, orders.c.order_type.label("order_type"))
+    .join(orders, orders.c.id == payments.c.order_id)
+    .where(payments.c.pay_no == bindparam("p_pay_no", type_=payments.c.pay_no.type))
+)
+_WITH_ORDER_FOR_UPDATE = _WITH_ORDER.with_for_update()
+_MARK_PAID = (
+    update(payments)
+    .where(payments.c.id == bindparam("p_id", type_=payments.c.id.type), payments.c.state != PAID)
+    .values(
+        state=PAID,
+        provider_trade_no=bindparam("p_trade_no", type_=payments.c.provider_trade_no.type),
+        handled_at=bindparam("p_now", type_=payments.c.handled_at.type),
+    )
+)
+
+
+async def with_order_by_pay_no(
+    conn: AsyncConnection, pay_no: str, *, for_update: bool = False
+) -> Row[Any] | None:
+    """The attempt with this pay_no and its order's ``order_type``, in one statement; when
+    ``for_update`` both rows are locked (the attempt's and the order's)."""
+    query = _WITH_ORDER_FOR_UPDATE if for_update else _WITH_ORDER
+    return (await conn.execute(query, {"p_pay_no": pay_no})).first()
+
+
 async def for_orders(
     conn: AsyncConnection, order_ids: Sequence[int], *, state: str | None = None
 ) -> list[Row[Any]]:
@@ -75,9 +103,7 @@ async def mark_paid(
 ) -> bool:
     """Mark the attempt paid and handled; False if it already was."""
     result = await conn.execute(
-        update(payments)
-        .where(payments.c.id == payment_id, payments.c.state != PAID)
-        .values(state=PAID, provider_trade_no=provider_trade_no, handled_at=now)
+        _MARK_PAID, {"p_id": payment_id, "p_trade_no": provider_trade_no, "p_now": now}
     )
     return result.rowcount == 1
 

@@ -392,3 +392,37 @@ async def test_a_notification_before_the_deadline_timer_wins_and_the_timer_steps
     kinds = {t["kind"]: t["state"] for t in view["timers"]}
     assert kinds["cancel_unpaid"] in ("cancelled", "done")
     assert kinds["cancel_unshipped"] == "scheduled"
+
+
+async def test_the_verdict_commits_with_the_confirmation_or_neither_does(market, monkeypatch):
+    """The confirmation and the inbox verdict are one transaction: when the verdict cannot be
+    written, the payment is not applied either and the provider hears an error (it retries)."""
+    from dueflow.exceptions import BackendUnavailable
+    from dueflow.store import notifications as inbox_store
+
+    order_id = await market.order()
+    pay_no, _ = await payments.start_payment(
+        market.deps, order_id=order_id, user_id=market.buyer, provider="alipay"
+    )
+    before = await snapshot(market.deps)
+    judge = inbox_store.judge
+    calls: list[str] = []
+
+    async def failing_once(conn, inbox_id, **values):
+        calls.append(values["outcome"])
+        if len(calls) == 1:
+            raise BackendUnavailable("disk full")
+        await judge(conn, inbox_id, **values)
+
+    monkeypatch.setattr(inbox_store, "judge", failing_once)
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    body = alipay_notification(market, pay_no)
+    answer = await market.app.post("/notify/alipay", content=body, headers=form)
+    assert (answer.status_code, answer.text) == (500, "fail")
+    assert calls == ["confirmed", "error"]
+    assert await snapshot(market.deps) == before  # the confirmation was rolled back with it
+    assert await market.inbox() == [("alipay", "error", True)]
+    again = await market.app.post("/notify/alipay", content=body, headers=form)
+    assert (again.status_code, again.text) == (200, "success")
+    assert await market.status(order_id) == "pending_shipment"
+    assert await market.inbox() == [("alipay", "error", True), ("alipay", "confirmed", True)]
