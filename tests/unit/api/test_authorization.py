@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.api import Api, running_api, table_snapshot
+from tests.unit.api import Api, build_app, running_api, table_snapshot
 
 
 @pytest.fixture
@@ -32,6 +32,13 @@ async def received(api: Api) -> int:
     answer = await api.call("POST", f"/api/orders/{order_id}/confirm-receipt", "buyer")
     assert answer.status_code == 200, answer.text
     return order_id
+
+
+async def waiting_timer(api: Api) -> int:
+    """The id of a new order's scheduled timer."""
+    order_id = await api.order()
+    answer = await api.call("GET", f"/api/orders/{order_id}", "buyer")
+    return int(answer.json()["timers"][0]["id"])
 
 
 async def goods_body(api: Api, _: int) -> dict[str, Any]:
@@ -126,6 +133,10 @@ ROUTES = {
     "overdue": Route("GET", "/api/admin/overdue", ADMIN_ONLY_GET),
     "stuck timers": Route("GET", "/api/admin/timers?state=stuck", ADMIN_ONLY_GET),
     "discrepancies": Route("GET", "/api/admin/discrepancies", ADMIN_ONLY_GET),
+    "summary": Route("GET", "/api/admin/summary", ADMIN_ONLY_GET),
+    "run timer now": Route(
+        "POST", "/api/admin/timers/{id}/run-now", ADMIN_ONLY_GET, setup=waiting_timer
+    ),
     "refunds": Route("GET", "/api/admin/refunds?state=pending_review", ADMIN_ONLY_GET),
     "approve refund": Route(
         "POST", "/api/admin/refunds/{id}/approve", ADMIN_ONLY_GET, setup=Api.refund
@@ -153,6 +164,19 @@ async def test_authorization_matrix(api, name):
         if answer.status_code >= 400:
             assert set(answer.json()) == {"error"}, answer.text
     assert got == route.expected
+
+
+def test_the_matrix_covers_every_api_route(world):
+    """A new route cannot skip the matrix."""
+    paths = build_app(world.deps).openapi()["paths"]
+    served = {(method.upper(), _generic(path)) for path, ops in paths.items() for method in ops}
+    covered = {(r.method, _generic(r.path.split("?")[0])) for r in ROUTES.values()}
+    assert served == covered
+
+
+def _generic(path: str) -> str:
+    """``/api/orders/{order_id}/ship`` and ``/api/orders/{id}/ship`` alike."""
+    return "/".join("{}" if part.startswith("{") else part for part in path.split("/"))
 
 
 async def test_a_stranger_learns_nothing_about_an_order(api):
