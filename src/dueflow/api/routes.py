@@ -158,10 +158,10 @@ def _orders(deps: Deps) -> APIRouter:
         """Hold the goods for a new order awaiting payment (409 when held, sold or busy)."""
         user = auth.caller(request)
         options = {"order_type": body.order_type} if body.order_type is not None else {}
-        order_id = await orders.place_order(
+        view = await orders.place_order_view(
             deps, buyer_id=user.id, goods_id=body.goods_id, **options
         )
-        return answer(await orders.order_view(deps, order_id), 201)
+        return answer(view, 201)
 
     @routes.get("/{order_id}", response_model=out.OrderView)
     async def get_order(order_id: Id, request: Request) -> JSONResponse:

@@ -45,17 +45,35 @@ async def place_order(
         GoodsUnavailable: another order holds them, or they are sold or off sale.
         Busy: the database is locked by others right now; try again.
     """
-    policy = deps.policy
-    policy.durations(order_type)
+    return int((await _placed(deps, buyer_id, goods_id, order_type, view=False))["id"])
+
+
+async def place_order_view(
+    deps: Deps, *, buyer_id: int, goods_id: int, order_type: str = DEFAULT_ORDER_TYPE
+) -> dict[str, Any]:
+    """:func:`place_order`, answering the new order's view (as :func:`order_view` shows it)
+    read inside the placing transaction: a new order has no payments, refunds or reviews yet,
+    so only the order, its timers and its one event are read.
+
+    Raises:
+        As :func:`place_order`.
+    """
+    return await _placed(deps, buyer_id, goods_id, order_type, view=True)
+
+
+async def _placed(
+    deps: Deps, buyer_id: int, goods_id: int, order_type: str, *, view: bool
+) -> dict[str, Any]:
+    deps.policy.durations(order_type)
     async with locks.held(deps.locks, f"goods:{goods_id}", deps.lock_ttl):
-        order_id, armed = await _place(deps, buyer_id, goods_id, order_type)
+        placed, armed = await _place(deps, buyer_id, goods_id, order_type, view=view)
     await deps.arm(armed)
-    return order_id
+    return placed
 
 
 async def _place(
-    deps: Deps, buyer_id: int, goods_id: int, order_type: str
-) -> tuple[int, list[timers.Armed]]:
+    deps: Deps, buyer_id: int, goods_id: int, order_type: str, *, view: bool
+) -> tuple[dict[str, Any], list[timers.Armed]]:
     policy = deps.policy
     now = deps.clock.now()
     async with deps.db.write() as conn:
@@ -99,7 +117,9 @@ async def _place(
             to_status=S.PENDING_PAYMENT,
             detail=f"goods {goods_id} for {item.price}",
         )
-    return order_id, armed
+        if not view:
+            return {"id": order_id}, armed
+        return await _view(conn, order_id, new=True), armed
 
 
 def _goods_state(item: Row[Any]) -> str:
@@ -352,15 +372,23 @@ async def review(deps: Deps, *, order_id: int, user_id: int, rating: int, commen
 async def order_view(deps: Deps, order_id: int) -> dict[str, Any]:
     """The order with its payments, refunds, reviews, timers and timeline."""
     async with deps.db.read() as conn:
-        order = await orders.get(conn, order_id)
-        if order is None:
-            raise NotFound(f"no order {order_id}")
-        view = dict(order._mapping)
+        return await _view(conn, order_id)
+
+
+async def _view(conn: AsyncConnection, order_id: int, *, new: bool = False) -> dict[str, Any]:
+    """The order's view; ``new``: placed in this transaction (nothing refers to it yet)."""
+    order = await orders.get(conn, order_id)
+    if order is None:
+        raise NotFound(f"no order {order_id}")
+    view = dict(order._mapping)
+    if new:
+        view["payments"], view["refunds"], view["reviews"] = [], [], []
+    else:
         view["payments"] = [dict(r._mapping) for r in await payments.for_orders(conn, [order_id])]
         view["refunds"] = [
             dict(r._mapping) for r in await payments.refunds_for_order(conn, order_id)
         ]
         view["reviews"] = [dict(r._mapping) for r in await aftersale.for_order(conn, order_id)]
-        view["timers"] = [dict(r._mapping) for r in await timers.for_order(conn, order_id)]
-        view["timeline"] = [dict(r._mapping) for r in await orders.timeline(conn, order_id)]
+    view["timers"] = [dict(r._mapping) for r in await timers.for_order(conn, order_id)]
+    view["timeline"] = [dict(r._mapping) for r in await orders.timeline(conn, order_id)]
     return view

@@ -40,6 +40,9 @@ async def test_an_order_is_placed_viewed_and_paid(api):
     answer = await api.call("GET", f"/api/orders/{order['id']}", "seller")
     assert answer.status_code == 200
     assert [e["event"] for e in answer.json()["timeline"]] == ["place"]
+    # the 201 answer (read inside the placing transaction) is the order's view as GET shows it
+    assert answer.json() == order
+    assert [t["kind"] for t in order["timers"]] == ["cancel_unpaid", "pay_reminder"]
     answer = await api.call(
         "POST", f"/api/orders/{order['id']}/payments", "buyer", json={"provider": "fakepay"}
     )
