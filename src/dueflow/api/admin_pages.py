@@ -72,6 +72,7 @@ class Pages:
                 "csrf": sessions.csrf_token(cookie, secret=self.secret) if cookie else "",
                 "flash": request.cookies.get(FLASH, ""),
                 "path": request.url.path,
+                "now": self.deps.clock.now(),
             },
             status_code=status,
             headers=HEADERS,

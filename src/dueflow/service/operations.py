@@ -36,12 +36,12 @@ class Lateness:
 
 
 async def run_timer_now(deps: Deps, timer_id: int, *, actor: str) -> dict[str, Any]:
-    """Make a waiting (or stuck) timer due now and wake the worker; returns the timer as it is
-    then.
+    """Make a timer past its deadline (overdue, backing off, or stuck) due now and wake the
+    worker; returns the timer as it is then.
 
     Raises:
         NotFound: no such timer.
-        TimerNotWaiting: a worker holds it, or it is done or cancelled.
+        TimerNotWaiting: its deadline is still ahead, a worker holds it, or it is over.
     """
     now = deps.clock.now()
     async with deps.db.write() as conn:
@@ -50,6 +50,12 @@ async def run_timer_now(deps: Deps, timer_id: int, *, actor: str) -> dict[str, A
             row = await timers.get(conn, timer_id)
             if row is None:
                 raise NotFound(f"no timer {timer_id}")
+            if row.state == TimerState.SCHEDULED.value:
+                # Firing early would act before the deadline (close a buyer's open payment,
+                # remind too soon): only a timer past its deadline runs now.
+                raise TimerNotWaiting(
+                    f"timer {timer_id} is not due: its deadline is {row.deadline_at:%Y-%m-%d %H:%M:%S} UTC"
+                )
             raise TimerNotWaiting(f"timer {timer_id} is {row.state}, not waiting")
         row = await timers.get(conn, timer_id)
     log.info("timer %d run now by %s", timer_id, actor, extra={"timer_id": timer_id})

@@ -450,12 +450,17 @@ async def _of_kind(conn: AsyncConnection, order_id: int, kind: TimerKind) -> lis
 
 
 async def run_now(conn: AsyncConnection, timer_id: int, *, now: datetime) -> Armed | None:
-    """Make a scheduled (waiting or stuck) timer due now and clear its stuck flag; None when
-    it is not scheduled (claimed by a worker, done or cancelled). Its attempts are kept, so a
+    """Make a scheduled timer whose deadline has passed (overdue, or waiting out a backoff,
+    or stuck) due now and clear its stuck flag; None when it is not scheduled (claimed by a
+    worker, done or cancelled) or its deadline is still ahead. Its attempts are kept, so a
     timer that fails again is flagged stuck again at once."""
     result = await conn.execute(
         update(timers)
-        .where(timers.c.id == timer_id, timers.c.state == TimerState.SCHEDULED.value)
+        .where(
+            timers.c.id == timer_id,
+            timers.c.state == TimerState.SCHEDULED.value,
+            timers.c.deadline_at <= now,
+        )
         .values(due_at=now, stuck=False)
     )
     return Armed(id=timer_id, due_at=now) if result.rowcount else None

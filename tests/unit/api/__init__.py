@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from dueflow.api import errors, routes
 from dueflow.payments.base import (
@@ -91,6 +92,21 @@ class Api:
         payment = VerifiedPayment(pay_no=answer.json()["pay_no"], amount=Decimal("12.50"))
         await payment_service.confirm_payment(self.deps, payment, actor="fakepay")
         return order_id
+
+    async def overdue_timer(self) -> int:
+        """A new order's cancel_unpaid timer, its deadline a minute past (as if missed)."""
+        order_id = await self.order()
+        past = self.deps.clock.now() - timedelta(minutes=1)
+        async with self.deps.db.write() as conn:
+            result = await conn.execute(
+                update(schema.timers)
+                .where(
+                    schema.timers.c.order_id == order_id, schema.timers.c.kind == "cancel_unpaid"
+                )
+                .values(deadline_at=past, due_at=past)
+                .returning(schema.timers.c.id)
+            )
+            return int(result.scalar_one())
 
     async def refund(self) -> int:
         """A refund awaiting review: a paid order cancelled by its seller."""

@@ -173,6 +173,8 @@ async def test_run_now_fires_a_stuck_timer(admin, world):
     ]
     assert reminder["stuck"] and reminder["state"] == "scheduled"
     await log_in(client, token)
+    order_page = (await client.get(f"/admin/orders/{order_id}")).text
+    assert order_page.count("/run-now") == 1  # the cancel's deadline (30 min) is still ahead
     page = await client.get("/admin/timers?state=stuck")
     assert f"/admin/timers/{reminder['id']}/run-now" in page.text
     world.notifier.fail_with = None
@@ -218,16 +220,14 @@ async def test_the_json_run_now_and_summary_routes(admin, world):
         for t in (await orders.order_view(world.deps, order_id))["timers"]
         if t["state"] == "scheduled"
     ]
+    # Run now never fires a timer before its deadline (it would act early).
+    early = await client.post(f"/api/admin/timers/{ship['id']}/run-now", headers=headers)
+    assert early.status_code == 409
+    assert "not due: its deadline is 2026-03-04 12:00:00 UTC" in early.json()["error"]["message"]
+    world.clock.advance(timedelta(days=3, seconds=1))
     answer = await client.post(f"/api/admin/timers/{ship['id']}/run-now", headers=headers)
     assert answer.status_code == 200
-    assert answer.json()["due_at"].startswith("2026-03-01T12:00:00")
-    await world.worker.drain()
-    # Run now never moves an order before its deadline: the handler re-arms the timer there.
-    view = await orders.order_view(world.deps, order_id)
-    assert view["status"] == "pending_shipment"
-    [ship] = [t for t in view["timers"] if t["id"] == ship["id"]]
-    assert (ship["state"], ship["due_at"]) == ("scheduled", view["ship_deadline"])
-    world.clock.advance(timedelta(days=3, seconds=1))
+    assert answer.json()["due_at"].startswith("2026-03-04T12:00:01")
     await world.worker.drain()
     assert (await orders.order_view(world.deps, order_id))["status"] == "cancelled_unshipped"
     again = await client.post(f"/api/admin/timers/{ship['id']}/run-now", headers=headers)

@@ -34,13 +34,6 @@ async def received(api: Api) -> int:
     return order_id
 
 
-async def waiting_timer(api: Api) -> int:
-    """The id of a new order's scheduled timer."""
-    order_id = await api.order()
-    answer = await api.call("GET", f"/api/orders/{order_id}", "buyer")
-    return int(answer.json()["timers"][0]["id"])
-
-
 async def goods_body(api: Api, _: int) -> dict[str, Any]:
     return {"goods_id": await api.goods()}
 
@@ -135,7 +128,7 @@ ROUTES = {
     "discrepancies": Route("GET", "/api/admin/discrepancies", ADMIN_ONLY_GET),
     "summary": Route("GET", "/api/admin/summary", ADMIN_ONLY_GET),
     "run timer now": Route(
-        "POST", "/api/admin/timers/{id}/run-now", ADMIN_ONLY_GET, setup=waiting_timer
+        "POST", "/api/admin/timers/{id}/run-now", ADMIN_ONLY_GET, setup=Api.overdue_timer
     ),
     "refunds": Route("GET", "/api/admin/refunds?state=pending_review", ADMIN_ONLY_GET),
     "approve refund": Route(
