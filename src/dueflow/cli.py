@@ -242,9 +242,12 @@ def payments_record(
 @refunds_app.command("list")
 def refunds_list(
     state: str | None = typer.Option(None, help="Only refunds in this state."),
+    limit: int = typer.Option(100, min=1, max=100_000, help="At most this many, newest first."),
 ) -> None:
     """Refunds, newest first."""
-    rows = _run(_with_deps(_settings(), lambda d: refunds.list_refunds(d, state=state)))
+    rows = _run(
+        _with_deps(_settings(), lambda d: refunds.list_refunds(d, state=state, limit=limit))
+    )
     table = Table("id", "refund no", "order", "provider", "amount", "reason", "state", "error")
     for r in rows:
         table.add_row(

@@ -197,3 +197,15 @@ async def test_a_refund_is_watched_from_the_moment_it_is_processing(world):
         await refunds.approve(world.deps, refund_id)
     assert (await refund_row(world, refund_id)).state == "processing"
     assert (await check_timer(world, order_id)).state == "scheduled"
+
+
+async def test_the_refund_list_is_bounded_newest_first(world):
+    for _ in range(3):
+        order_id = await orders.place_order(
+            world.deps, buyer_id=world.buyer, goods_id=await world.goods()
+        )
+        await payments.record_manual_payment(world.deps, order_id=order_id, amount="12.50")
+        await orders.cancel_by_seller(world.deps, order_id=order_id, user_id=world.seller)
+    every = [r["id"] for r in await refunds.list_refunds(world.deps, state="pending_review")]
+    assert len(every) == 3 and every == sorted(every, reverse=True)
+    assert [r["id"] for r in await refunds.list_refunds(world.deps, limit=2)] == every[:2]

@@ -286,7 +286,7 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
         if user is None:
             return _login_redirect(request)
         try:
-            found = await refunds.list_refunds(deps, state=state or None)
+            found = await refunds.list_refunds(deps, state=state or None, limit=200)
         except InvalidInput as exc:
             return pages.problem(request, user, 422, "Bad filter", exc.message)
         counts = (await report.snapshot(deps)).refunds
@@ -294,7 +294,7 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
             request,
             "refunds.html",
             user=user,
-            refunds=found[:200],
+            refunds=found,
             state=state,
             states=refunds.STATES,
             counts=counts,

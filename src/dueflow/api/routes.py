@@ -293,9 +293,10 @@ def _admin(deps: Deps) -> APIRouter:
     @routes.get("/refunds", response_model=list[out.RefundListItem], responses=errors(422))
     async def list_refunds(
         state: Annotated[str | None, Query(max_length=32)] = None,
+        limit: Limit = 100,
     ) -> JSONResponse:
-        """Refunds, newest first, optionally in one state."""
-        return answer(await refunds.list_refunds(deps, state=state))
+        """The newest refunds, optionally in one state."""
+        return answer(await refunds.list_refunds(deps, state=state, limit=limit))
 
     @routes.post(
         "/refunds/{refund_id}/approve",

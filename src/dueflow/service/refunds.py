@@ -35,12 +35,15 @@ FINAL = {RefundResult.SUCCEEDED: REFUND_SUCCEEDED, RefundResult.FAILED: REFUND_F
 FIRST_CHECK = timedelta(seconds=10)
 
 
-async def list_refunds(deps: Deps, *, state: str | None = None) -> list[dict[str, Any]]:
-    """Refunds, newest first, optionally in one state."""
+async def list_refunds(
+    deps: Deps, *, state: str | None = None, limit: int = 100
+) -> list[dict[str, Any]]:
+    """The newest ``limit`` refunds, optionally in one state."""
     if state is not None and state not in STATES:
         raise InvalidInput(f"unknown refund state {state!r}; known: {', '.join(STATES)}")
     async with deps.db.read() as conn:
-        return [dict(r._mapping) for r in await payments.refunds_in(conn, state=state)]
+        found = await payments.refunds_in(conn, state=state, limit=limit)
+    return [dict(r._mapping) for r in found]
 
 
 async def approve(deps: Deps, refund_id: int, *, actor: str = "operator") -> str:

@@ -220,9 +220,14 @@ async def refund_by_no(conn: AsyncConnection, refund_no: str) -> Row[Any] | None
 
 
 async def refunds_in(
-    conn: AsyncConnection, *, state: str | None = None, order_ids: Sequence[int] | None = None
+    conn: AsyncConnection,
+    *,
+    state: str | None = None,
+    order_ids: Sequence[int] | None = None,
+    limit: int | None = None,
 ) -> list[Row[Any]]:
-    """Refunds (with pay_no and total), newest first, filtered by state and orders."""
+    """Refunds (with pay_no and total), newest first, filtered by state and orders, at most
+    ``limit``."""
     query = select(refunds, payments.c.pay_no, payments.c.amount.label("total")).join(
         payments, payments.c.id == refunds.c.payment_id
     )
@@ -230,7 +235,10 @@ async def refunds_in(
         query = query.where(refunds.c.state == state)
     if order_ids is not None:
         query = query.where(refunds.c.order_id.in_(order_ids))
-    return list((await conn.execute(query.order_by(refunds.c.id.desc()))).all())
+    query = query.order_by(refunds.c.id.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    return list((await conn.execute(query)).all())
 
 
 async def move_refund(
