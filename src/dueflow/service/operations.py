@@ -64,17 +64,18 @@ async def run_timer_now(deps: Deps, timer_id: int, *, actor: str) -> dict[str, A
 
 
 async def lateness(deps: Deps, window: timedelta = LATENESS_WINDOW) -> list[Lateness]:
-    """Per kind, the lateness of the timers fired in the last ``window`` (first attempts)."""
+    """Per kind, how many timers fired in the last ``window`` (first attempts) and their
+    lateness, p50/p99/max over the latest 5,000 of them."""
     async with deps.db.report() as conn:
-        found = await timers.lateness_since(conn, deps.clock.now() - window)
+        counts, found = await timers.lateness_since(conn, deps.clock.now() - window)
     by_kind: dict[str, list[float]] = defaultdict(list)
     for kind, seconds in found:
         by_kind[kind].append(seconds)
     result = []
-    for kind, values in sorted(by_kind.items()):
-        values.sort()
+    for kind, count in sorted(counts.items()):
+        values = sorted(by_kind.get(kind, [0.0]))
         result.append(
-            Lateness(kind, len(values), percentile(values, 50), percentile(values, 99), values[-1])
+            Lateness(kind, count, percentile(values, 50), percentile(values, 99), values[-1])
         )
     return result
 
@@ -119,7 +120,7 @@ async def overdue_timers(deps: Deps, limit: int = 100) -> list[dict[str, Any]]:
         .order_by(t_timers.c.due_at, t_timers.c.id)
         .limit(limit)
     )
-    async with deps.db.read() as conn:
+    async with deps.db.report() as conn:
         return [dict(r._mapping) for r in (await conn.execute(query)).all()]
 
 
@@ -131,7 +132,7 @@ async def timers_in_state(deps: Deps, state: str, limit: int = 100) -> list[dict
         query = query.where(t_timers.c.stuck.is_(True), t_timers.c.state.in_(LIVE))
     else:
         query = query.where(t_timers.c.state == state)
-    async with deps.db.read() as conn:
+    async with deps.db.report() as conn:
         return [dict(r._mapping) for r in (await conn.execute(query)).all()]
 
 
@@ -139,5 +140,5 @@ async def discrepancies(deps: Deps, limit: int = 100) -> list[dict[str, Any]]:
     """Recorded payment discrepancies, newest first."""
     table = schema.discrepancies
     query = select(table).order_by(table.c.id.desc()).limit(limit)
-    async with deps.db.read() as conn:
+    async with deps.db.report() as conn:
         return [dict(r._mapping) for r in (await conn.execute(query)).all()]

@@ -471,13 +471,24 @@ async def get(conn: AsyncConnection, timer_id: int) -> Any:
     return (await conn.execute(select(timers).where(timers.c.id == timer_id))).first()
 
 
-async def lateness_since(conn: AsyncConnection, since: datetime) -> list[tuple[str, float]]:
-    """(kind, seconds from deadline to firing) of every timer done since ``since`` on its first
-    attempt (a retried timer's lateness is its failures' backoff, not the trigger's)."""
-    query = select(timers.c.kind, timers.c.deadline_at, timers.c.done_at).where(
+async def lateness_since(
+    conn: AsyncConnection, since: datetime, *, sample: int = 5000
+) -> tuple[dict[str, int], list[tuple[str, float]]]:
+    """Of the timers done since ``since`` on their first attempt (a retried timer's lateness is
+    its failures' backoff, not the trigger's): how many of each kind, and (kind, seconds from
+    deadline to firing) of the latest ``sample`` of them (an hour of a herd is 100,000s)."""
+    where = (
         timers.c.done_at >= since,
         timers.c.state == TimerState.DONE.value,
         timers.c.attempts == 1,
     )
-    rows = (await conn.execute(query)).all()
-    return [(kind, (done - deadline).total_seconds()) for kind, deadline, done in rows]
+    counted = select(timers.c.kind, func.count()).where(*where).group_by(timers.c.kind)
+    counts = {kind: int(n) for kind, n in (await conn.execute(counted)).all()}
+    latest = (
+        select(timers.c.kind, timers.c.deadline_at, timers.c.done_at)
+        .where(*where)
+        .order_by(timers.c.done_at.desc())
+        .limit(sample)
+    )
+    rows = (await conn.execute(latest)).all()
+    return counts, [(kind, (done - deadline).total_seconds()) for kind, deadline, done in rows]
