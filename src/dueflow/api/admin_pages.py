@@ -8,18 +8,20 @@ with a redirect (post, redirect, get). Actions report back through a one-shot fl
 
 from __future__ import annotations
 
+import re
 import secrets
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, unquote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from dueflow.domain.lifecycle import OrderStatus
-from dueflow.exceptions import DomainError, InvalidInput, NotFound
+from dueflow.exceptions import DomainError, DueflowError, InvalidInput, NotFound
 from dueflow.service import operations, orders, refunds, report, sessions
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
@@ -28,6 +30,7 @@ HERE = Path(__file__).parent
 COOKIE = "dueflow_admin"
 FLASH = "dueflow_flash"
 MAX_ID = 2**63 - 1
+ID = re.compile(r"[0-9]{1,19}")
 #: Served with every page: no framing, no foreign scripts, styles or form targets.
 HEADERS = {
     "Content-Security-Policy": (
@@ -70,7 +73,7 @@ class Pages:
             {
                 **context,
                 "csrf": sessions.csrf_token(cookie, secret=self.secret) if cookie else "",
-                "flash": request.cookies.get(FLASH, ""),
+                "flash": unquote(request.cookies.get(FLASH, "")),
                 "path": request.url.path,
                 "now": self.deps.clock.now(),
             },
@@ -93,13 +96,21 @@ class Pages:
         """Redirect (303) to an admin page, carrying a one-shot message."""
         response = RedirectResponse(_local(to), status_code=303, headers=HEADERS)
         response.set_cookie(
-            FLASH, flash[:300], path="/admin", httponly=True, samesite="strict", secure=self.secure
+            FLASH,
+            quote(flash[:300]),  # a cookie carries latin-1 at most
+            path="/admin",
+            httponly=True,
+            samesite="strict",
+            secure=self.secure,
         )
         return response
 
     async def form(self, request: Request) -> dict[str, str]:
         """The urlencoded form of a POST (the first value of each field)."""
-        fields = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=20)
+        try:
+            fields = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=20)
+        except ValueError:  # more fields than any of our forms has: treated as an empty form
+            return {}
         return {key: values[0] for key, values in fields.items()}
 
     async def checked(self, request: Request) -> tuple[User | None, dict[str, str]]:
@@ -127,7 +138,7 @@ def _when(value: Any) -> str:
 
 
 def _id(text: str | None) -> int | None:
-    if text is None or not text.isdigit() or not 1 <= int(text) <= MAX_ID:
+    if text is None or ID.fullmatch(text) is None or not 1 <= int(text) <= MAX_ID:
         return None
     return int(text)
 
@@ -323,37 +334,43 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
 def _action_routes(routes: APIRouter, pages: Pages) -> None:
     deps = pages.deps
 
-    async def act(request: Request, done: str, action: Any) -> Response:
+    async def act(request: Request, action: Callable[[str], Awaitable[str]]) -> Response:
+        """Run ``action(actor)`` for a checked POST; its answer (or the refusal) is the flash."""
         user, form = await pages.checked(request)
         if user is None:
             return _forbidden(pages, request)
         back = form.get("back", "/admin")
         try:
-            await action(f"user:{user.id}")
+            done = await action(f"user:{user.id}")
         except DomainError as exc:
             return pages.back(back, f"Refused: {exc.message}")
+        except DueflowError as exc:  # busy, a provider or the database unreachable
+            return pages.back(back, f"Not done, try again: {exc.message}")
         return pages.back(back, done)
 
     @routes.post("/refunds/{refund_id}/approve")
     async def approve(request: Request, refund_id: int) -> Response:
-        async def go(actor: str) -> None:
-            await refunds.approve(deps, _checked_id(refund_id), actor=actor)
+        async def go(actor: str) -> str:
+            state = await refunds.approve(deps, _checked_id(refund_id), actor=actor)
+            return f"Refund {refund_id} approved and submitted: now {state}."
 
-        return await act(request, f"Refund {refund_id} approved and submitted.", go)
+        return await act(request, go)
 
     @routes.post("/refunds/{refund_id}/retry")
     async def retry(request: Request, refund_id: int) -> Response:
-        async def go(actor: str) -> None:
-            await refunds.retry(deps, _checked_id(refund_id), actor=actor)
+        async def go(actor: str) -> str:
+            state = await refunds.retry(deps, _checked_id(refund_id), actor=actor)
+            return f"Refund {refund_id} submitted again: now {state}."
 
-        return await act(request, f"Refund {refund_id} submitted again.", go)
+        return await act(request, go)
 
     @routes.post("/timers/{timer_id}/run-now")
     async def run_now(request: Request, timer_id: int) -> Response:
-        async def go(actor: str) -> None:
+        async def go(actor: str) -> str:
             await operations.run_timer_now(deps, _checked_id(timer_id), actor=actor)
+            return f"Timer {timer_id} is due now."
 
-        return await act(request, f"Timer {timer_id} is due now.", go)
+        return await act(request, go)
 
 
 def _checked_id(value: int) -> int:

@@ -114,15 +114,17 @@ async def http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 class BodyLimit:
-    """Refuse an /api request body over ``limit`` bytes: at once when Content-Length says so,
-    otherwise as soon as the streamed body grows past it."""
+    """Refuse an /api or /admin request body over ``limit`` bytes: at once when Content-Length
+    says so, otherwise as soon as the streamed body grows past it. (The notify routes keep
+    their own limit: an oversized notification is still kept in the inbox, truncated.)"""
 
     def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
         self.app = app
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not str(scope.get("path", "")).startswith("/api"):
+        path = str(scope.get("path", ""))
+        if scope["type"] != "http" or not path.startswith(("/api", "/admin")):
             await self.app(scope, receive, send)
             return
         length = dict(scope.get("headers") or []).get(b"content-length")
@@ -162,7 +164,7 @@ class BodyLimit:
 
 def install(app: FastAPI, *, max_body: int = MAX_BODY) -> None:
     """Map dueflow's errors, validation errors and HTTP errors to the error JSON, and limit
-    /api request bodies to ``max_body`` bytes."""
+    /api and /admin request bodies to ``max_body`` bytes."""
     app.add_exception_handler(errors.DueflowError, dueflow_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(HTTPException, http_error)

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from datetime import timedelta
 
 from dueflow.service import accounts
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
 from dueflow.store import users
+
+#: ``{user id}.{expiry}.{signature}``, ASCII digits and lowercase hex only.
+COOKIE = re.compile(r"([0-9]{1,18})\.([0-9]{1,12})\.([0-9a-f]{64})")
+TOKEN = re.compile(r"[0-9a-f]{64}")
 
 
 def _sign(secret: bytes, message: str) -> str:
@@ -36,11 +41,11 @@ async def open_session(deps: Deps, token: str, *, secret: bytes, ttl: timedelta)
 async def session_user(deps: Deps, cookie: str, *, secret: bytes) -> User | None:
     """The admin a session cookie names, if it is intact, unexpired and the admin's token is
     the one it was opened with."""
-    parts = cookie.split(".")
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+    parts = COOKIE.fullmatch(cookie)
+    if parts is None:
         return None
-    user_id, expires, signature = int(parts[0]), int(parts[1]), parts[2]
-    if expires < deps.clock.now().timestamp() or user_id > 2**63 - 1:
+    user_id, expires, signature = int(parts[1]), int(parts[2]), parts[3]
+    if expires < deps.clock.now().timestamp():
         return None
     async with deps.db.read() as conn:
         row = await users.by_id(conn, user_id)
@@ -59,4 +64,6 @@ def csrf_token(cookie: str, *, secret: bytes) -> str:
 
 def csrf_ok(cookie: str, token: str, *, secret: bytes) -> bool:
     """Whether ``token`` is this session's CSRF token."""
+    if TOKEN.fullmatch(token) is None:
+        return False
     return hmac.compare_digest(csrf_token(cookie, secret=secret), token)

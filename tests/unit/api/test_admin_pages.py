@@ -241,3 +241,44 @@ async def test_the_json_run_now_and_summary_routes(admin, world):
     assert summary["refunds"] == {"pending_review": 1}
     assert [row["kind"] for row in summary["lateness_last_hour"]] == ["cancel_unshipped"]
     assert summary["lateness_last_hour"][0]["p50"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "cookie",
+    [
+        "4.99999999999.é",  # non-ASCII signature
+        "²." + "9" * 10 + "." + "a" * 64,  # a digit int() refuses
+        "9" * 5000 + ".1." + "a" * 64,  # more digits than int() takes
+        "1.2",
+        "",
+    ],
+)
+async def test_a_malformed_session_cookie_is_no_session(admin, cookie):
+    client, _ = admin
+    raw = f"dueflow_admin={cookie}".encode()  # as bytes: a browser may send anything
+    answer = await client.get("/admin", headers=[(b"cookie", raw)])
+    assert answer.status_code == 303
+    assert answer.headers["location"].startswith("/admin/login")
+
+
+async def test_malformed_ids_forms_and_bodies_are_refused_cleanly(admin, world):
+    client, token = admin
+    _, refund_id = await unshipped_refund(world)
+    await log_in(client, token)
+    for path in ("/admin/orders/²", "/admin/orders/" + "9" * 5000):
+        assert (await client.get(path)).status_code == 404
+    found = await client.get("/admin/orders?id=€")
+    assert found.status_code == 303  # back to the dashboard with a message
+    assert "is not an order number" in (await client.get("/admin")).text
+    refused = await client.post(f"/admin/refunds/{refund_id}/approve", data={"csrf": "é"})
+    assert refused.status_code == 403
+    many = "&".join(f"f{i}=x" for i in range(30))
+    crowded = await client.post(
+        "/admin/login",
+        content=many.encode(),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert crowded.status_code == 401
+    huge = await client.post("/admin/login", content=b"token=" + b"x" * 2_000_000)
+    assert huge.status_code == 413
+    assert (await refunds.list_refunds(world.deps))[0]["state"] == "pending_review"

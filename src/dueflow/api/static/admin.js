@@ -1,5 +1,6 @@
 // dueflow admin: refresh <main data-refresh="N"> every N seconds by fetching the same page
-// and swapping its <main> in. The pages work without this script (plain links and forms).
+// and swapping its <main> in, unless the pointer is over a form or focus is inside <main>.
+// The pages work without this script (plain links and forms).
 (function () {
   "use strict";
   function schedule() {
@@ -17,6 +18,11 @@
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("main");
         var main = document.getElementById("main");
+        // Never move rows under an operator about to press a button: try again later.
+        if (main && (main.querySelector("form:hover") || main.contains(document.activeElement))) {
+          schedule();
+          return;
+        }
         if (fresh && main) {
           main.innerHTML = fresh.innerHTML;
           main.setAttribute("data-refresh", fresh.getAttribute("data-refresh") || "");
