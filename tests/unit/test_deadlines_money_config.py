@@ -528,6 +528,8 @@ def test_missing_config_file(clean_env, tmp_path):
         "mongodb://localhost/dueflow",
         "sqlite://",
         "sqlite:///:memory:",
+        "sqlite+aiosqlite://",
+        "sqlite+aiosqlite:///:memory:",
     ],
 )
 def test_bad_database_url(url):

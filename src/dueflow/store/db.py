@@ -37,10 +37,11 @@ def async_url(url: str) -> str:
     backend = parsed.drivername.split("+", 1)[0]
     if backend not in _ASYNC_DRIVERS:
         raise ConfigError(f"unsupported database {backend!r} in {url!r}")
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        # Its statements and its reports go through two connections: one file for both.
+        raise ConfigError("dueflow needs an SQLite file, not an in-memory database")
     if "+" in parsed.drivername:
         return url
-    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise ConfigError("dueflow needs an SQLite file, not an in-memory database")
     return parsed.set(drivername=_ASYNC_DRIVERS[backend]).render_as_string(hide_password=False)
 
 
