@@ -71,6 +71,10 @@ class BadServer(DomainError):
     code = "bad_server"
 
 
+class Stale(Exception):
+    """An order the server left where it was long past its deadline."""
+
+
 class ServerLost(DueflowError):
     """The server stopped answering sensibly during the demo."""
 
@@ -232,17 +236,22 @@ class HttpMarket:
         await self.server.call("POST", "/sim/control/pay-on-close", body=trade)
 
     async def left(self, order_id: int, status: str, window: timedelta) -> dict[str, Any]:
-        """The order's view once it has left ``status`` (paid, received ...)."""
+        """The order's view once it has left ``status`` (paid, received ...); :class:`Stale`
+        when it is still there :data:`GIVE_UP` past its deadline (a stalled server)."""
         while True:
             view = await self.server.view(order_id)
             if view["status"] != status:
                 return view
+            deadline = view.get(DEADLINE_OF.get(status, ""))
+            if deadline is not None and self.server.now() > deadline + GIVE_UP:
+                raise Stale(f"order {order_id} is still {status} past its deadline")
             await asyncio.sleep(_poll_every(window))
 
     async def life(self, order_id: int, person: Person, buyer: str, seller: str) -> None:
         try:
             await self._life(order_id, person, buyer, seller)
-        except (httpx.HTTPError, Refused) as exc:
+        except (httpx.HTTPError, Refused, Stale, KeyError, TypeError, ValueError) as exc:
+            # a server that stalls or answers out of shape ends this person, not the demo
             self.refused[f"gave up ({type(exc).__name__})"] += 1
 
     async def _life(self, order_id: int, person: Person, buyer: str, seller: str) -> None:
