@@ -93,6 +93,25 @@ class Api:
         await payment_service.confirm_payment(self.deps, payment, actor="fakepay")
         return order_id
 
+    async def shipped(self) -> int:
+        """A paid order its seller shipped."""
+        order_id = await self.paid_order()
+        answer = await self.call(
+            "POST",
+            f"/api/orders/{order_id}/ship",
+            "seller",
+            json={"carrier": "SF", "tracking_no": "1"},
+        )
+        assert answer.status_code == 200, answer.text
+        return order_id
+
+    async def received(self) -> int:
+        """A shipped order its buyer confirmed."""
+        order_id = await self.shipped()
+        answer = await self.call("POST", f"/api/orders/{order_id}/confirm-receipt", "buyer")
+        assert answer.status_code == 200, answer.text
+        return order_id
+
     async def overdue_timer(self) -> int:
         """A new order's cancel_unpaid timer, its deadline a minute past (as if missed)."""
         order_id = await self.order()

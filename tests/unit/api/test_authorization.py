@@ -18,22 +18,6 @@ async def api(world) -> AsyncIterator[Api]:
         yield api
 
 
-async def shipped(api: Api) -> int:
-    order_id = await api.paid_order()
-    answer = await api.call(
-        "POST", f"/api/orders/{order_id}/ship", "seller", json={"carrier": "SF", "tracking_no": "1"}
-    )
-    assert answer.status_code == 200, answer.text
-    return order_id
-
-
-async def received(api: Api) -> int:
-    order_id = await shipped(api)
-    answer = await api.call("POST", f"/api/orders/{order_id}/confirm-receipt", "buyer")
-    assert answer.status_code == 200, answer.text
-    return order_id
-
-
 async def goods_body(api: Api, _: int) -> dict[str, Any]:
     return {"goods_id": await api.goods()}
 
@@ -108,13 +92,13 @@ ROUTES = {
         "POST",
         "/api/orders/{id}/confirm-receipt",
         {**PARTIES, "seller": 404, "buyer": 200},
-        setup=shipped,
+        setup=Api.shipped,
     ),
     "review": Route(
         "POST",
         "/api/orders/{id}/reviews",
         {**PARTIES, "buyer": 201, "seller": 201},
-        setup=received,
+        setup=Api.received,
         body={"rating": 4, "comment": "fine"},
     ),
     "add user": Route(
