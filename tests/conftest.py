@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from dueflow import bootstrap
 from dueflow.clock import FakeClock
@@ -21,7 +22,7 @@ from dueflow.config import Settings, load_settings
 from dueflow.notifiers.base import Notifier, Reminder
 from dueflow.service import accounts
 from dueflow.service.deps import Deps
-from dueflow.store import migrate
+from dueflow.store import migrate, schema
 from dueflow.store.db import Database
 from dueflow.worker.runner import Worker
 
@@ -96,6 +97,20 @@ async def world(settings: Settings) -> AsyncIterator[World]:
         buyer, _ = await accounts.add_user(deps, "buyer")
         other, _ = await accounts.add_user(deps, "other")
         yield World(deps, clock, notifier, Worker(deps), seller.id, buyer.id, other.id)
+
+
+async def table_snapshot(
+    deps: Deps, *, skip: tuple[str, ...] = ()
+) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table but ``skip``, in key order: "nothing changed" means this is
+    equal before and after."""
+    result = {}
+    async with deps.db.read() as conn:
+        for table in schema.metadata.sorted_tables:
+            if table.name not in skip:
+                query = select(table).order_by(*table.primary_key)
+                result[table.name] = [tuple(r) for r in (await conn.execute(query)).all()]
+    return result
 
 
 def in_ci() -> bool:

@@ -31,28 +31,11 @@ from dueflow.service.orders import order_view
 from dueflow.service.payments import PaymentOutcome
 from dueflow.store import payments as payment_store
 from dueflow.store import schema
-from tests.conftest import START
-
-TABLES = (
-    schema.goods,
-    schema.orders,
-    schema.timers,
-    schema.payments,
-    schema.refunds,
-    schema.discrepancies,
-    schema.reminders,
-    schema.reviews,
-    schema.order_events,
-)
+from tests.conftest import START, table_snapshot
 
 
 async def snapshot(world) -> dict[str, list[tuple]]:
-    result = {}
-    async with world.deps.db.read() as conn:
-        for table in TABLES:
-            rows = (await conn.execute(select(table).order_by(table.c.id))).all()
-            result[table.name] = [tuple(r) for r in rows]
-    return result
+    return await table_snapshot(world.deps)
 
 
 async def rows(world, table, **where):

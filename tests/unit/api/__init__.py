@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from dueflow.api import errors, routes
 from dueflow.payments.base import (
@@ -31,6 +31,7 @@ from dueflow.service import accounts
 from dueflow.service import payments as payment_service
 from dueflow.service.deps import Deps
 from dueflow.store import schema
+from tests.conftest import table_snapshot
 
 
 class FakePay(PaymentProvider):
@@ -158,10 +159,4 @@ async def running_api(deps: Deps) -> AsyncIterator[Api]:
         yield api
 
 
-async def table_snapshot(deps: Deps) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table."""
-    async with deps.db.read() as conn:
-        return {
-            table.name: [tuple(r) for r in (await conn.execute(select(table))).all()]
-            for table in schema.metadata.sorted_tables
-        }
+__all__ = ["Api", "build_app", "running_api", "table_snapshot"]

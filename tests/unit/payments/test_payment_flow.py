@@ -27,7 +27,7 @@ from dueflow.service import accounts, orders, payments
 from dueflow.service.deps import Deps
 from dueflow.store import schema
 from dueflow.worker.runner import Worker
-from tests.conftest import START
+from tests.conftest import START, table_snapshot
 
 
 class Forward(httpx.AsyncBaseTransport):
@@ -184,13 +184,7 @@ async def test_a_payment_that_lands_as_the_close_arrives_is_confirmed_not_cancel
 
 async def snapshot(deps: Deps) -> dict[str, list[tuple]]:
     """Every table but the inbox, row by row."""
-    tables = {}
-    async with deps.db.read() as conn:
-        for table in schema.metadata.sorted_tables:
-            if table.name != "notifications":
-                rows = (await conn.execute(select(table).order_by(*table.primary_key))).all()
-                tables[table.name] = [tuple(r) for r in rows]
-    return tables
+    return await table_snapshot(deps, skip=("notifications",))
 
 
 def alipay_notification(market: Market, pay_no: str, **changes: str) -> bytes:
