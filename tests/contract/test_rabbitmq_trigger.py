@@ -37,7 +37,7 @@ from dueflow.timers import registry
 from dueflow.timers.rabbitmq import LEVELS_MS, RabbitTrigger, _Tags, choose_level
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import scan_once
-from tests.conftest import in_ci, require_service
+from tests.conftest import eventually, in_ci, require_service
 
 URL = os.environ.get("DUEFLOW_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 UNREACHABLE = "amqp://guest:guest@127.0.0.1:1/"
@@ -492,14 +492,15 @@ async def test_a_dropped_connection_recovers(make_trigger, admin):
     connection = trigger._connection
     assert connection is not None and connection.transport is not None
     await connection.transport.connection.close(ConnectionError("dropped"))
-    deadline = time.monotonic() + 3
-    while True:  # publishing fails while reconnecting, then works again
+
+    async def publishes() -> bool:  # publishing fails while reconnecting, then works again
         try:
             await trigger.armed([Armed(32, CLOCK.now())])
-            break
         except BackendUnavailable:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
+            return False
+        return True
+
+    assert await eventually(publishes, 3, 0.05)
     await trigger.ack([31])  # its channel is gone: no error, RabbitMQ gave it back
     again = await collect(trigger, {31, 32}, within=3)
     assert again.keys() == {31, 32}

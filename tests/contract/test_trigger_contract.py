@@ -136,7 +136,7 @@ async def test_a_deadline_is_met_within_about_a_second(live):
     worker = Worker(deps)
     task = asyncio.create_task(worker.run(stop))
     try:
-        await asyncio.sleep(0.2)  # the worker is waiting when the order arrives
+        assert await eventually(lambda: worker.stats.waits > 0)  # idle when the order arrives
         goods_id = await accounts.add_goods(deps, seller_id=seller, title="lamp", price="3")
         order_id = await orders.place_order(deps, buyer_id=buyer, goods_id=goods_id)
         assert await eventually(lambda: has_status(deps, order_id, "cancelled_unpaid"), 10, 0.05), (

@@ -484,8 +484,8 @@ async def test_run_loop_sleeps_until_the_due_time_and_wakes(world):
     stop = asyncio.Event()
     task = asyncio.create_task(world.worker.run(stop))
     try:
-        # Nothing is due: the loop is asleep, however much real time passes.
-        await asyncio.sleep(0.2)
+        # Nothing is due: the loop is asleep until the clock moves.
+        await wait_for(lambda: world.clock.sleepers == 1)
         assert world.worker.stats.claimed == 0
         assert (await timer(world, order_id, K.PAY_REMINDER)).state == "scheduled"
 

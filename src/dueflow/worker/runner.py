@@ -27,6 +27,8 @@ class Stats:
     claimed: int = 0
     batches: int = 0
     failed_batches: int = 0
+    #: Times the loop found nothing to do and waited on its trigger.
+    waits: int = 0
     by_kind: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
@@ -150,10 +152,12 @@ class Worker:
         until = deps.clock.now() + deps.max_idle
         if next_due is not None and next_due < until:
             until = next_due
+        self.stats.waits += 1
         await deps.trigger.wait(deps.clock, until)
 
     async def _delivered_once(self) -> None:
         deps = self.deps
+        self.stats.waits += 1
         ids = await deps.trigger.wait(deps.clock, deps.clock.now() + deps.max_idle)
         if ids:
             await self.deliver(ids)
