@@ -22,16 +22,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from dueflow.service.operations import percentile
+
 sys.path.insert(0, str(Path(__file__).parent))
 import _backends
 import _seed
 
 DUEFLOW = Path(sys.executable).parent / "dueflow"
-
-
-def percentile(values: list[float], pct: float) -> float:
-    index = min(len(values) - 1, max(0, round(pct / 100 * (len(values) - 1))))
-    return values[index]
 
 
 async def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:

@@ -43,17 +43,14 @@ from pathlib import Path
 
 import httpx
 
+from dueflow.service.operations import percentile
+
 sys.path.insert(0, str(Path(__file__).parent))
 import _seed
 
 DUEFLOW = Path(sys.executable).parent / "dueflow"
 PY_SPY = Path(sys.executable).parent / "py-spy"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def percentile(values: list[float], pct: float) -> float:
-    index = min(len(values) - 1, max(0, round(pct / 100 * (len(values) - 1))))
-    return values[index]
 
 
 def free_port() -> int:

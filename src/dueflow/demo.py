@@ -36,6 +36,7 @@ from dueflow.payments.simulator.app import create_app as create_simulator
 from dueflow.payments.simulator.app import simulator_of
 from dueflow.service import accounts, orders, payments, report
 from dueflow.service.deps import Deps
+from dueflow.service.operations import percentile
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import run_scanner
 
@@ -351,7 +352,7 @@ async def _summarise(
     if real:
         stats.add_row(
             "lateness p50 / p99 / max (real ms)",
-            f"{_pct(real, 50):.0f} / {_pct(real, 99):.0f} / {real[-1]:.0f}",
+            f"{percentile(real, 50):.0f} / {percentile(real, 99):.0f} / {real[-1]:.0f}",
         )
     stats.add_row("reminders sent", str(notifier.sent))
     stats.add_row("refunds awaiting review", str(snap.refunds.get("pending_review", 0)))
@@ -367,8 +368,3 @@ async def _summarise(
         "[green]all invariants hold[/green]" if inv.ok else "[red]invariants broken[/red]"
     )
     return inv.ok
-
-
-def _pct(sorted_values: list[float], pct: float) -> float:
-    index = min(len(sorted_values) - 1, max(0, round(pct / 100 * (len(sorted_values) - 1))))
-    return sorted_values[index]
