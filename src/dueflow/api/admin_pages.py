@@ -300,7 +300,7 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
             found = await refunds.list_refunds(deps, state=state or None, limit=200)
         except InvalidInput as exc:
             return pages.problem(request, user, 422, "Bad filter", exc.message)
-        counts = (await report.snapshot(deps)).refunds
+        counts = await report.refund_counts(deps)
         return pages.page(
             request,
             "refunds.html",

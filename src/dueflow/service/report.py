@@ -60,6 +60,12 @@ async def snapshot(deps: Deps) -> Snapshot:
         )
 
 
+async def refund_counts(deps: Deps) -> dict[str, int]:
+    """How many refunds are in each state (the snapshot's refunds alone)."""
+    async with deps.db.report() as conn:
+        return await payments.count_refunds_by_state(conn)
+
+
 _DEADLINES = {
     OrderStatus.PENDING_PAYMENT: t_orders.c.pay_deadline,
     OrderStatus.PENDING_SHIPMENT: t_orders.c.ship_deadline,
