@@ -1,8 +1,7 @@
 """Short-lived named locks: a port with a Redis adapter and a no-op one.
 
-Where they are meant to go (not wired yet): around the use cases where many callers contend for
-one thing, to turn a pile-up into a quick :class:`~dueflow.exceptions.Busy` ("try again")
-before any database work:
+Where they go: around the use cases where many callers contend for one thing, to turn a
+pile-up into a quick :class:`~dueflow.exceptions.Busy` ("try again") before any database work:
 
 * ``place_order``: ``held(locks, f"goods:{goods_id}", ttl)`` while the goods are being held for
   a new order (many buyers clicking "buy" on one item);
@@ -52,6 +51,10 @@ def new_token() -> str:
 class Locks(ABC):
     """Named locks with an owner token and a time to live."""
 
+    #: Whether holding a key keeps other holders out. When it does not, a caller may skip work
+    #: whose only use is finding the key (a lookup before the lock).
+    excludes: bool = True
+
     @abstractmethod
     async def acquire(self, key: str, ttl: timedelta) -> str | None:
         """Take ``key`` for ``ttl``; returns the owner token, or None when someone holds it.
@@ -96,6 +99,8 @@ async def held(locks: Locks, key: str, ttl: timedelta) -> AsyncIterator[str]:
 
 class NoLocks(Locks):
     """Always acquires (no Redis): the database's conditional updates and row locks decide."""
+
+    excludes = False
 
     async def acquire(self, key: str, ttl: timedelta) -> str | None:
         return new_token()

@@ -25,7 +25,6 @@ from dueflow.exceptions import (
     NotFound,
     PaymentMismatch,
 )
-from dueflow.locks import NoLocks
 from dueflow.payments.base import Attempt, CloseOutcome, CloseResult, VerifiedPayment
 from dueflow.service.deps import Deps
 from dueflow.store import goods, orders, payments, timers
@@ -81,8 +80,8 @@ async def confirm_payment(
         NotFound: no attempt has this pay_no.
         PaymentMismatch: the amount differs from the attempt's.
     """
-    if isinstance(deps.locks, NoLocks):
-        # The lock would be a no-op: skip the read that only finds its key (the order id).
+    if not deps.locks.excludes:
+        # The lock would keep nobody out: skip the read that only finds its key (the order id).
         return await confirm_payment_locked(deps, payment, actor=actor, check=check, also=also)
     async with deps.db.read() as conn:
         known = await payments.by_pay_no(conn, payment.pay_no)
