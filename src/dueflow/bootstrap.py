@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import httpx
 
-from dueflow.clock import Clock, SystemClock
+from dueflow.clock import Clock, DatabaseClock, SystemClock
 from dueflow.config import Settings
 from dueflow.exceptions import ConfigError
 from dueflow.locks import Locks, NoLocks, RedisLocks
@@ -19,9 +23,13 @@ from dueflow.payments.base import PaymentProvider, Providers
 from dueflow.payments.manual import ManualProvider
 from dueflow.payments.wechatpay.provider import WechatPayProvider
 from dueflow.service.deps import Deps
-from dueflow.store import migrate
+from dueflow.store import migrate, servertime
 from dueflow.store.db import Database
 from dueflow.timers import registry
+
+log = logging.getLogger(__name__)
+#: How often a process re-measures its offset from the database's clock.
+CLOCK_RESYNC = timedelta(seconds=30)
 
 
 def build_notifier(settings: Settings) -> Notifier:
@@ -118,10 +126,17 @@ def build(
     notifier: Notifier | None = None,
     http: httpx.AsyncClient | None = None,
 ) -> Deps:
-    """Wire every adapter from ``settings``."""
-    clock = clock or SystemClock()
+    """Wire every adapter from ``settings``. Without a ``clock``, time is the database
+    server's (:class:`~dueflow.clock.DatabaseClock`) where it has one, else this machine's."""
+    db = Database.from_url(settings.database_url)
+    if clock is None:
+        clock = (
+            DatabaseClock(lambda: servertime.server_now(db))
+            if servertime.has_clock(db)
+            else SystemClock()
+        )
     return Deps(
-        db=Database.from_url(settings.database_url),
+        db=db,
         clock=clock,
         policy=settings.deadline_policy(),
         providers=build_providers(settings, client=http, clock=clock),
@@ -151,13 +166,40 @@ async def running(
     """Wired dependencies, closed on exit. An SQLite database is migrated on the way in.
     ``http`` is the client providers use (tests pass one bound to the simulator)."""
     deps = build(settings, clock=clock, notifier=notifier, http=http)
+    keep_time = None
     try:
         if migrate_sqlite and deps.db.dialect == "sqlite":
             await migrate.upgrade(deps.db)
+        if isinstance(deps.clock, DatabaseClock):
+            await _sync(deps.clock)
+            keep_time = asyncio.create_task(_keep_in_sync(deps.clock, CLOCK_RESYNC))
         yield deps
     finally:
+        if keep_time is not None:
+            keep_time.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keep_time
         await deps.trigger.close()
         await deps.notifier.close()
         await deps.locks.close()
         await deps.providers.aclose()
         await deps.db.dispose()
+
+
+async def _sync(clock: DatabaseClock) -> None:
+    try:
+        offset = await clock.sync()
+    except Exception:
+        # A database that is down now is retried by the next sync; until one succeeds the
+        # offset stays as it was (zero at the start: this machine's clock).
+        log.warning("could not read the database's clock; retrying", exc_info=True)
+        return
+    if abs(offset) > timedelta(seconds=1):
+        log.warning("this machine's clock is %.3f s off the database's", -offset.total_seconds())
+
+
+async def _keep_in_sync(clock: DatabaseClock, every: timedelta) -> None:
+    """Re-measure the clock's offset every ``every`` (in real seconds) while the process runs."""
+    while True:
+        await asyncio.sleep(every.total_seconds())
+        await _sync(clock)

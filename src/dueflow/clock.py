@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 
@@ -109,3 +110,54 @@ class FakeClock(Clock):
                         await asyncio.wait_for(condition.wait(), timeout=0.05)
         finally:
             self.sleepers -= 1
+
+
+#: Asks the authoritative clock (the database server's) for its time.
+TimeSource = Callable[[], Awaitable[datetime]]
+
+
+class DatabaseClock(Clock):
+    """The database server's time, read through this machine's clock.
+
+    Every process that shares a server database (API processes, workers, scanners on any
+    number of machines) decides deadlines by one clock: the database's. ``now()`` is the local
+    wall clock plus an offset measured against the database, so it costs nothing per call;
+    :meth:`sync` re-measures it (:func:`dueflow.bootstrap.running` does so every
+    ``resync`` while the process runs). The offset is taken at the midpoint of the round trip,
+    so its error is at most half a round trip plus the local clock's drift until the next sync.
+    A worker whose own clock runs a minute fast therefore still acts at the database's deadline
+    and records the database's time.
+    """
+
+    def __init__(self, source: TimeSource, *, wall: Clock | None = None) -> None:
+        """Read time from ``source`` (the database), carried between syncs by ``wall``."""
+        self._source = source
+        self._wall = wall or SystemClock()
+        self.offset = timedelta(0)
+        #: Whether :meth:`sync` has succeeded at least once.
+        self.synced = False
+
+    def now(self) -> datetime:
+        return self._wall.now() + self.offset
+
+    async def sleep_until(self, when: datetime, wake: asyncio.Event | None = None) -> None:
+        await self._wall.sleep_until(when - self.offset, wake)
+
+    async def sync(self, *, samples: int = 3) -> timedelta:
+        """Measure the offset between the database's clock and the local one; returns it.
+
+        Of ``samples`` readings the one with the shortest round trip is kept: its midpoint is
+        the closest to the moment the database read its clock.
+        """
+        best: tuple[timedelta, timedelta] | None = None
+        for _ in range(samples):
+            before = self._wall.now()
+            remote = await self._source()
+            after = self._wall.now()
+            reading = (after - before, remote - (before + (after - before) / 2))
+            if best is None or reading[0] < best[0]:
+                best = reading
+        if best is not None:
+            self.offset = best[1]
+            self.synced = True
+        return self.offset
