@@ -151,6 +151,7 @@ def build(
         scan_interval=settings.scan_interval,
         scan_grace=settings.scan_grace,
         provider_concurrency=settings.provider_concurrency,
+        worker_batches=settings.worker_batches,
     )
 
 

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     scan_interval: Duration = timedelta(seconds=60)
     scan_grace: Duration = timedelta(seconds=5)
     provider_concurrency: int = Field(default=32, ge=1, le=1000)
+    #: Claimed batches one worker runs at once: a batch waiting on a provider does not hold
+    #: up the next one.
+    worker_batches: int = Field(default=4, ge=1, le=64)
 
     #: Where providers reach dueflow's notify routes (``{public_url}/notify/alipay`` ...).
     public_url: str = "http://127.0.0.1:8000"

@@ -43,6 +43,7 @@ class Deps:
     scan_interval: timedelta = timedelta(seconds=60)
     scan_grace: timedelta = timedelta(seconds=5)
     provider_concurrency: int = 32
+    worker_batches: int = 4
     trigger_errors: int = 0
     metrics: Metrics = field(default_factory=Metrics)
 

@@ -319,6 +319,24 @@ async def release_claims(conn: AsyncConnection, claimed: Sequence[Claimed]) -> i
     return changed
 
 
+async def extend_lease(
+    conn: AsyncConnection, claimed: Sequence[Claimed], *, until: datetime
+) -> int:
+    """Keep holding claims still being worked on: their lease runs to ``until``. Claims that
+    were finished, retried or taken over meanwhile are left alone. Returns how many were held."""
+    held = 0
+    for token in {t.token for t in claimed}:
+        ids = [t.id for t in claimed if t.token == token]
+        result = await conn.execute(
+            update(timers)
+            .where(timers.c.id.in_(ids), timers.c.claim_token == token)
+            .where(timers.c.state == CLAIMED)
+            .values(lease_until=until)
+        )
+        held += int(result.rowcount)
+    return held
+
+
 async def next_due_at(conn: AsyncConnection) -> datetime | None:
     """When the earliest scheduled timer is due."""
     query = select(func.min(timers.c.due_at)).where(timers.c.state == SCHEDULED)

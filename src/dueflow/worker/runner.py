@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -18,6 +19,12 @@ from dueflow.store import timers
 from dueflow.store.timers import Claimed
 
 log = logging.getLogger(__name__)
+#: Real seconds a batch runs before its leases are renewed (every third of a lease from then).
+HOLD_AFTER = 1.0
+#: Real seconds the claim loop waits for a batch before it leaves the batch running in its
+#: lane and claims the next one: long enough for any batch of database work, short against a
+#: provider's timeout.
+DETACH_AFTER = 0.2
 
 
 @dataclass
@@ -29,6 +36,8 @@ class Stats:
     failed_batches: int = 0
     #: Times the loop found nothing to do and waited on its trigger.
     waits: int = 0
+    #: Times the leases of a batch in progress were renewed.
+    renewals: int = 0
     by_kind: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
@@ -41,32 +50,67 @@ class Worker:
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.stats = Stats()
         self._limit: int | None = None  # the next batch's size; None: batch_size
+        self._lanes: asyncio.Semaphore | None = None  # made in the running loop
+        self._running: set[asyncio.Task[None]] = set()
 
     async def run_batch(self, claimed: Sequence[Claimed]) -> None:
-        """Run the handlers for a claimed batch; a failing handler puts its timers back with
-        backoff and the error, and the rest of the batch goes on."""
+        """Run the handlers for a claimed batch, each kind alongside the others (a kind waiting
+        on a provider holds up no other kind); a failing handler puts its timers back with
+        backoff and the error, and the rest of the batch goes on. While the batch runs, its
+        claims are kept (:meth:`_holding`), so no lease runs out under work in hand."""
         by_kind: dict[TimerKind, list[Claimed]] = defaultdict(list)
         for timer in claimed:
             by_kind[timer.kind].append(timer)
         self.stats.claimed += len(claimed)
         self.stats.batches += 1
-        metrics = self.deps.metrics
-        for kind, group in by_kind.items():
-            self.stats.by_kind[kind.value] += len(group)
-            metrics.claimed(
-                kind.value, [(t.deadline_at, t.attempts) for t in group], self.deps.clock.now()
-            )
-            try:
-                await self.handlers[kind](self.deps, group)
-            except Exception as exc:
-                self.stats.failed_batches += 1
-                metrics.fired.labels(kind.value, "failed").inc(len(group))
-                log.exception("%s handler failed for %d timers", kind.value, len(group))
-                await self._give_back(group, f"{type(exc).__name__}: {exc}")
-            else:
-                metrics.fired.labels(kind.value, "ran").inc(len(group))
+        async with self._holding(claimed):
+            await asyncio.gather(*(self._run_kind(kind, group) for kind, group in by_kind.items()))
         if not self.deps.trigger.polls_database:
             await self._rearm_retried(claimed)
+
+    async def _run_kind(self, kind: TimerKind, group: Sequence[Claimed]) -> None:
+        metrics = self.deps.metrics
+        self.stats.by_kind[kind.value] += len(group)
+        metrics.claimed(
+            kind.value, [(t.deadline_at, t.attempts) for t in group], self.deps.clock.now()
+        )
+        try:
+            await self.handlers[kind](self.deps, group)
+        except Exception as exc:
+            self.stats.failed_batches += 1
+            metrics.fired.labels(kind.value, "failed").inc(len(group))
+            log.exception("%s handler failed for %d timers", kind.value, len(group))
+            await self._give_back(group, f"{type(exc).__name__}: {exc}")
+        else:
+            metrics.fired.labels(kind.value, "ran").inc(len(group))
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, claimed: Sequence[Claimed]) -> AsyncIterator[None]:
+        """Renew the batch's leases every third of a lease until the block ends, once it has
+        run for :data:`HOLD_AFTER` (most batches end sooner and never write a renewal)."""
+        keeper = asyncio.create_task(self._keep_leases(claimed))
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+
+    async def _keep_leases(self, claimed: Sequence[Claimed]) -> None:
+        deps = self.deps
+        await asyncio.sleep(HOLD_AFTER)
+        while True:
+            await deps.clock.sleep_until(deps.clock.now() + deps.lease / 3)
+            try:
+                async with deps.db.write() as conn:
+                    now = deps.clock.now()
+                    held = await timers.extend_lease(conn, claimed, until=now + deps.lease)
+            except Exception:
+                log.exception("could not renew %d leases; trying again", len(claimed))
+                continue
+            self.stats.renewals += 1
+            if not held:
+                return
 
     async def _rearm_retried(self, claimed: Sequence[Claimed]) -> None:
         """Timers of the batch that went back to scheduled (backoff, re-armed) are handed to the
@@ -88,13 +132,27 @@ class Worker:
             log.exception("could not hand back %d timers; their lease will expire", len(group))
 
     async def run_once(self) -> int:
-        """Claim one batch of due timers and run it; returns how many were claimed.
+        """Claim one batch of due timers and run it; returns how many were claimed."""
+        claimed = await self._claim_due()
+        if claimed:
+            await self.run_batch(claimed)
+        return len(claimed)
+
+    async def _claim_due(self) -> list[Claimed]:
+        """Claim one batch of due timers.
 
         Under a backlog (the batch came back full) the next batch is twice as large, up to
         ``max_batch_size``, so a herd of deadlines pays the per-batch costs fewer times; the
-        first partial batch brings it back to ``batch_size``.
+        first partial batch brings it back to ``batch_size``. Beside batches still running in
+        their lanes a batch is ``batch_size`` and grows nothing: a slow batch is not a reason to
+        hold more claims.
         """
         deps = self.deps
+        if self._running:
+            async with deps.db.write() as conn:
+                return await timers.claim_due(
+                    conn, now=deps.clock.now(), limit=deps.batch_size, lease=deps.lease
+                )
         limit = self._limit or deps.batch_size
         async with deps.db.write() as conn:
             claimed = await timers.claim_due(
@@ -104,19 +162,20 @@ class Worker:
         self._limit = (
             min(limit * 2, max(deps.max_batch_size, deps.batch_size)) if full else deps.batch_size
         )
+        return claimed
+
+    async def deliver(self, timer_ids: Sequence[int]) -> int:
+        """Run timers a trigger handed over; those not scheduled and due are dropped."""
+        claimed = await self._claim_ids(timer_ids)
         if claimed:
             await self.run_batch(claimed)
         return len(claimed)
 
-    async def deliver(self, timer_ids: Sequence[int]) -> int:
-        """Run timers a trigger handed over; those not scheduled and due are dropped."""
+    async def _claim_ids(self, timer_ids: Sequence[int]) -> list[Claimed]:
         async with self.deps.db.write() as conn:
-            claimed = await timers.claim_ids(
+            return await timers.claim_ids(
                 conn, timer_ids, now=self.deps.clock.now(), lease=self.deps.lease
             )
-        if claimed:
-            await self.run_batch(claimed)
-        return len(claimed)
 
     async def drain(self) -> int:
         """Run batches until nothing is due; returns how many timers were claimed."""
@@ -126,27 +185,67 @@ class Worker:
         return total
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run until ``stop`` is set. A batch in progress finishes.
+        """Run until ``stop`` is set; the batches in progress finish.
 
-        With the ``db`` trigger: drain what is due, then sleep until the next due time (at most
-        ``max_idle``) or until woken. With a trigger that hands over ids: run what it delivers,
-        then acknowledge it; what it misses the scanner finds.
+        A batch still running after :data:`DETACH_AFTER` (it waits on a provider) goes on in
+        its lane while the loop claims the next one, up to ``worker_batches`` batches at once
+        (shared by every loop of this worker), so a slow close never delays a deadline that
+        needs no provider for more than that. With the ``db``
+        trigger: claim what is due, else sleep until the next due time (at most ``max_idle``)
+        or until woken. With a trigger that hands over ids: run what it delivers, then
+        acknowledge it; what it misses the scanner finds.
         """
         deps = self.deps
-        while not stop.is_set():
-            try:
-                if deps.trigger.polls_database:
-                    await self._poll_once()
-                else:
-                    await self._delivered_once()
-            except Exception:
-                log.exception("worker loop error; retrying shortly")
-                await deps.clock.sleep_until(deps.clock.now() + deps.max_idle, stop)
+        if self._lanes is None:
+            self._lanes = asyncio.Semaphore(deps.worker_batches)
+        lanes = self._lanes
+        try:
+            while not stop.is_set():
+                await lanes.acquire()
+                try:
+                    if deps.trigger.polls_database:
+                        await self._poll_once(lanes)
+                    else:
+                        await self._delivered_once(lanes)
+                except Exception:
+                    lanes.release()
+                    log.exception("worker loop error; retrying shortly")
+                    await deps.clock.sleep_until(deps.clock.now() + deps.max_idle, stop)
+        finally:
+            if self._running:
+                await asyncio.gather(*self._running, return_exceptions=True)
 
-    async def _poll_once(self) -> None:
+    def _start(
+        self,
+        claimed: Sequence[Claimed],
+        lanes: asyncio.Semaphore,
+        then: Callable[[], Awaitable[None]] | None = None,
+    ) -> asyncio.Task[None]:
+        """Run a claimed batch in its own task, holding a lane until it (and ``then``) ends."""
+
+        async def go() -> None:
+            try:
+                await self.run_batch(claimed)
+                if then is not None:
+                    await then()
+            except Exception:
+                log.exception("batch of %d timers failed; their leases will expire", len(claimed))
+            finally:
+                lanes.release()
+
+        task = asyncio.create_task(go())
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return task
+
+    async def _poll_once(self, lanes: asyncio.Semaphore) -> None:
+        """Holding one lane: start a batch in it, or give it back and wait for the next due."""
         deps = self.deps
-        if await self.run_once():
+        claimed = await self._claim_due()
+        if claimed:
+            await asyncio.wait({self._start(claimed, lanes)}, timeout=DETACH_AFTER)
             return
+        lanes.release()
         async with deps.db.read() as conn:
             next_due = await timers.next_due_at(conn)
         until = deps.clock.now() + deps.max_idle
@@ -155,13 +254,22 @@ class Worker:
         self.stats.waits += 1
         await deps.trigger.wait(deps.clock, until)
 
-    async def _delivered_once(self) -> None:
+    async def _delivered_once(self, lanes: asyncio.Semaphore) -> None:
+        """Holding one lane: run what the trigger delivers in it, or give it back."""
         deps = self.deps
         self.stats.waits += 1
         ids = await deps.trigger.wait(deps.clock, deps.clock.now() + deps.max_idle)
-        if ids:
-            await self.deliver(ids)
-            await deps.trigger.ack(ids)
+        if not ids:
+            lanes.release()
+            return
+        delivered = list(ids)
+        claimed = await self._claim_ids(delivered)
+        if claimed:
+            batch = self._start(claimed, lanes, then=lambda: deps.trigger.ack(delivered))
+            await asyncio.wait({batch}, timeout=DETACH_AFTER)
+            return
+        lanes.release()
+        await deps.trigger.ack(delivered)
 
 
 async def run_feeder(worker: Worker, stop: asyncio.Event, *, full_every: int = 10) -> None:

@@ -1,0 +1,122 @@
+"""A provider that hangs holds up only its own orders: the claim loop leaves a batch waiting on
+a provider running in its lane, keeps its leases, and goes on with other deadlines (issue 9,
+item 4). The provider is a stand-in here: what is under test is the worker above it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from decimal import Decimal
+
+from sqlalchemy import select
+
+from dueflow.payments.base import CloseOutcome, PaymentProvider, Providers
+from dueflow.payments.manual import ManualProvider
+from dueflow.service import orders
+from dueflow.store import payments as payment_store
+from dueflow.store import schema
+from dueflow.worker.scanner import scan_once
+from tests.conftest import World, eventually
+
+
+class Hanging(PaymentProvider):
+    """Closes a trade only once the test lets it answer."""
+
+    name = "hanging"
+
+    def __init__(self) -> None:
+        self.answer = asyncio.Event()
+        self.calls = 0
+
+    async def close_or_query(self, attempt, now):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        await self.answer.wait()
+        return CloseOutcome.closed("closed at last")
+
+
+async def place(world: World) -> int:
+    goods_id = await world.goods()
+    return await orders.place_order(world.deps, buyer_id=world.buyer, goods_id=goods_id)
+
+
+async def status(world: World, order_id: int) -> str:
+    async with world.deps.db.read() as conn:
+        query = select(schema.orders.c.status).where(schema.orders.c.id == order_id)
+        return str((await conn.execute(query)).scalar_one())
+
+
+async def test_a_hanging_close_delays_no_other_deadline(world: World) -> None:
+    hanging = Hanging()
+    world.deps.providers = Providers([ManualProvider(), hanging])
+    trading, plain = await place(world), await place(world)
+    async with world.deps.db.write() as conn:
+        await payment_store.insert_attempt(
+            conn,
+            pay_no="P-hang",
+            order_id=trading,
+            provider="hanging",
+            amount=Decimal("12.50"),
+            expires_at=world.clock.now() + timedelta(minutes=30),
+            now=world.clock.now(),
+        )
+    stop = asyncio.Event()
+    loop = asyncio.create_task(world.worker.run(stop))
+    try:
+        world.clock.advance(timedelta(minutes=31))
+        # The order without a trade is cancelled while its batch-mate's close hangs.
+        assert await eventually(lambda: _is(world, plain, "cancelled_unpaid"))
+        assert hanging.calls == 1 and await status(world, trading) == "pending_payment"
+
+        # A deadline that comes later runs too: the hanging batch waits in its own lane.
+        later = await place(world)
+        world.clock.advance(timedelta(minutes=31))
+        assert await eventually(lambda: _is(world, later, "cancelled_unpaid"))
+        assert await status(world, trading) == "pending_payment"
+
+        # The hanging batch's lease is renewed as the clock passes it: the scanner leaves it.
+        # (Its keeper starts after a second of real time; the idle loop is the other sleeper.)
+        assert await eventually(lambda: world.clock.sleepers >= 2)
+        world.clock.advance(world.deps.lease)
+        assert await eventually(lambda: world.worker.stats.renewals >= 1)
+        assert (await scan_once(world.worker)).claimed == 0
+        assert hanging.calls == 1
+
+        hanging.answer.set()
+        assert await eventually(lambda: _is(world, trading, "cancelled_unpaid"))
+    finally:
+        hanging.answer.set()
+        stop.set()
+        world.deps.trigger.wake()
+        await asyncio.wait_for(loop, timeout=10)
+    assert world.worker.stats.failed_batches == 0
+
+
+async def test_stopping_waits_for_the_batches_in_their_lanes(world: World) -> None:
+    hanging = Hanging()
+    world.deps.providers = Providers([ManualProvider(), hanging])
+    trading = await place(world)
+    async with world.deps.db.write() as conn:
+        await payment_store.insert_attempt(
+            conn,
+            pay_no="P-stop",
+            order_id=trading,
+            provider="hanging",
+            amount=Decimal("12.50"),
+            expires_at=world.clock.now() + timedelta(minutes=30),
+            now=world.clock.now(),
+        )
+    stop = asyncio.Event()
+    loop = asyncio.create_task(world.worker.run(stop))
+    world.clock.advance(timedelta(minutes=31))
+    assert await eventually(lambda: hanging.calls == 1)
+    stop.set()
+    world.deps.trigger.wake()
+    await asyncio.sleep(0.05)
+    assert not loop.done()  # the batch in progress finishes before run returns
+    hanging.answer.set()
+    await asyncio.wait_for(loop, timeout=10)
+    assert await status(world, trading) == "cancelled_unpaid"
+
+
+async def _is(world: World, order_id: int, wanted: str) -> bool:
+    return await status(world, order_id) == wanted
