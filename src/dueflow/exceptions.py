@@ -4,8 +4,12 @@ The tree::
 
     DueflowError
     ├── ConfigError                  bad settings (a duration like ``3x``, an unknown URL scheme)
+    │   └── NotMigrated              the database schema is not at the revision this code needs
     ├── DomainError                  the request is understood and refused
     │   ├── InvalidInput             a value is malformed or out of range
+    │   │   └── UnstorableValue      the database refused a value (text it cannot hold, a number
+    │   │                            out of range): the same request can never succeed
+    │   ├── Conflict                 a constraint refused the change (a duplicate, a missing row)
     │   ├── NotFound                 no such user, goods, order or payment
     │   ├── NotAllowed               the caller may not do this (not your order, own goods)
     │   ├── InvalidTransition        the order's status does not allow this event
@@ -14,7 +18,8 @@ The tree::
     │   └── TimerNotWaiting          run now: the timer is claimed by a worker, done or cancelled
     ├── BackendError                 a database, trigger or notifier failed
     │   ├── BackendUnavailable       it cannot be reached
-    │   └── Busy                     it is locked by someone else right now: try again
+    │   ├── Busy                     it is locked by someone else right now: try again
+    │   └── DeliveryUnknown          a notifier sent but got no answer: it may have been delivered
     ├── ProviderError                a payment provider failed
     │   └── ProviderUnavailable      its answer is unknown (timeout, system error): try again
     └── NotificationRejected         a provider notification failed verification
@@ -46,6 +51,12 @@ class ConfigError(DueflowError):
     code = "bad_config"
 
 
+class NotMigrated(ConfigError):
+    """The database schema is not at the revision this dueflow needs: run `dueflow migrate`."""
+
+    code = "not_migrated"
+
+
 class DomainError(DueflowError):
     """The request was refused."""
 
@@ -56,6 +67,19 @@ class InvalidInput(DomainError):
     """A value is malformed or out of range."""
 
     code = "invalid_input"
+
+
+class UnstorableValue(InvalidInput):
+    """A value cannot be stored: text with characters the database refuses, or a number out of
+    range."""
+
+    code = "unstorable_value"
+
+
+class Conflict(DomainError):
+    """The change conflicts with what is stored (a duplicate, or a reference to a missing row)."""
+
+    code = "conflict"
 
 
 class NotFound(DomainError):
@@ -116,6 +140,12 @@ class Busy(BackendError):
     code = "busy"
 
 
+class DeliveryUnknown(BackendError):
+    """The delivery was sent but not answered (a read timeout): it may have reached the receiver."""
+
+    code = "delivery_unknown"
+
+
 class ProviderError(DueflowError):
     """A payment provider failed."""
 
@@ -126,6 +156,12 @@ class ProviderUnavailable(ProviderError):
     """The payment provider's answer is unknown; try again later."""
 
     code = "provider_unavailable"
+
+    def __init__(self, message: str | None = None, *, answered: bool = False) -> None:
+        #: The provider (or a proxy in front of it) did answer, so the request is over and can
+        #: take no effect later; False (the safe default) when it may still be on its way.
+        self.answered = answered
+        super().__init__(message)
 
 
 class NotificationRejected(DueflowError):

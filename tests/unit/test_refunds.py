@@ -92,8 +92,8 @@ async def test_a_manual_refund_is_paid_back_off_line_on_approval(world):
 
 
 async def test_a_processing_refund_is_followed_until_it_succeeds(world):
-    # approve; check 1 asks and resubmits; check 2 asks and resubmits.
-    provider = ScriptedProvider([RefundResult.PROCESSING] * 4 + [RefundResult.SUCCEEDED])
+    # approve; check 1 asks; check 2 asks (a refund the provider knows is not resubmitted).
+    provider = ScriptedProvider([RefundResult.PROCESSING] * 2 + [RefundResult.SUCCEEDED])
     use(world, provider)
     order_id, refund_id = await unshipped_refund(world, "scripted")
     assert await refunds.approve(world.deps, refund_id) == "processing"
@@ -151,7 +151,7 @@ async def test_bad_requests_change_nothing(world):
 
 async def test_a_refund_is_followed_even_when_its_order_moves_on(world):
     """A second payment refunded while the order goes on: shipping must not cancel its check."""
-    provider = ScriptedProvider([RefundResult.PROCESSING] * 2 + [RefundResult.SUCCEEDED])
+    provider = ScriptedProvider([RefundResult.PROCESSING, RefundResult.SUCCEEDED])
     use(world, provider)
     goods_id = await world.goods()
     order_id = await orders.place_order(world.deps, buyer_id=world.buyer, goods_id=goods_id)

@@ -69,6 +69,9 @@ class PaymentView(View):
     provider_trade_no: str | None
     created_at: datetime
     handled_at: datetime | None
+    start_answer: str | None = Field(
+        description="created | refused: what the provider answered to the start; null: unknown"
+    )
 
 
 class RefundView(View):

@@ -15,6 +15,8 @@ class TimerKind(StrEnum):
     CONFIRM_RECEIPT = "confirm_receipt"
     AUTO_REVIEW = "auto_review"
     REFUND_CHECK = "refund_check"
+    #: Close at their providers the attempts a paid order left open (no paying twice).
+    CLOSE_ATTEMPTS = "close_attempts"
 
 
 class TimerState(StrEnum):

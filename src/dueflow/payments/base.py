@@ -12,6 +12,28 @@ from enum import StrEnum
 from dueflow.exceptions import InvalidInput, NotAllowed, NotificationRejected
 
 
+class StartAnswer(StrEnum):
+    """What became of the attempt's start request (the call that creates the trade).
+
+    Close-or-query trusts a provider's "no such trade" only when no request of ours can still
+    create it: after a :attr:`REFUSED` start.
+    """
+
+    #: No answer came back (a timeout, a gateway timeout, a crash): the request may still be on
+    #: its way and create the trade later.
+    UNKNOWN = "unknown"
+    #: The provider handed out the pay URL: the trade exists (Alipay: once scanned).
+    CREATED = "created"
+    #: The provider (or a proxy in front of it) answered without a pay URL, or the request was
+    #: never sent: our one start request is over and created nothing the buyer was shown.
+    REFUSED = "refused"
+
+
+#: HTTP statuses with which a proxy gives up waiting for the provider, which may still be
+#: working on the request: such an answer is no answer.
+GATEWAY_TIMEOUTS = frozenset({504, 524})
+
+
 @dataclass(frozen=True)
 class Attempt:
     """A payment attempt as a provider needs it."""
@@ -21,6 +43,7 @@ class Attempt:
     provider: str
     amount: Decimal
     expires_at: datetime
+    start: StartAnswer = StartAnswer.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -81,12 +104,18 @@ class NotificationEvent(StrEnum):
 
 
 class RefundResult(StrEnum):
-    """Where a refund stands at the provider."""
+    """Where a refund stands at the provider.
+
+    ``NOT_FOUND`` is a definite answer about the refund number, not about the money: the provider
+    has no refund by that number (the request never reached it, or was lost before it was
+    processed). It is never final: the refund is submitted again with the same number.
+    """
 
     SUCCEEDED = "succeeded"
     PROCESSING = "processing"
     FAILED = "failed"
     UNKNOWN = "unknown"
+    NOT_FOUND = "not_found"
 
 
 @dataclass(frozen=True)
@@ -125,6 +154,20 @@ class PaymentProvider(ABC):
     """One payment provider."""
 
     name: str = ""
+    #: The most one trade can carry, in yuan; None: no limit of the provider's own.
+    max_amount: Decimal | None = None
+
+    def check_amount(self, amount: Decimal) -> None:
+        """Refuse an amount this provider can never take, before an attempt is stored.
+
+        Raises:
+            InvalidInput: ``amount`` is above :attr:`max_amount`.
+        """
+        if self.max_amount is not None and amount > self.max_amount:
+            raise InvalidInput(
+                f"{self.name} takes at most {self.max_amount} yuan per payment, not {amount}: "
+                "pay with another provider"
+            )
 
     async def start(self, attempt: Attempt, *, subject: str) -> PayStart:
         """Create the trade at the provider, expiring at ``attempt.expires_at``.
@@ -150,7 +193,12 @@ class PaymentProvider(ABC):
         return RefundOutcome(RefundResult.UNKNOWN, f"{self.name} cannot refund")
 
     async def refund_status(self, request: RefundRequest) -> RefundOutcome:
-        """Where the refund stands now (same contract as :meth:`refund`)."""
+        """Where the refund stands now (same contract as :meth:`refund`).
+
+        A provider that has no refund by ``request.refund_no`` answers
+        :attr:`RefundResult.NOT_FOUND`, never :attr:`RefundResult.FAILED`: the caller then
+        submits it again.
+        """
         return await self.refund(request)
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook

@@ -3,6 +3,10 @@
 Money is ``Decimal`` yuan inside dueflow. Alipay sends and takes yuan strings (``"2.00"``; a
 ``"10.0"`` equals ``"10.00"``), WeChat Pay integer fen (``amount.total``). Nothing here passes
 through a float.
+
+Each provider's range is checked before any arithmetic: WeChat Pay's amounts are an int32 of fen
+(at most :data:`WECHAT_MAX_AMOUNT`), Alipay's at most :data:`ALIPAY_MAX_AMOUNT`. A value outside
+it is refused like any other malformed field, never left to overflow the decimal context.
 """
 
 from __future__ import annotations
@@ -15,14 +19,25 @@ from dueflow.exceptions import AmountMismatch, InvalidInput, MalformedNotificati
 
 _ALIPAY_AMOUNT = re.compile(r"[0-9]{1,9}(\.[0-9]{1,2})?")
 
+#: WeChat Pay's ``amount`` fields are an int32 of fen.
+WECHAT_MAX_FEN = 2**31 - 1
+#: The most one WeChat Pay trade or refund can carry, in yuan: 21,474,836.47.
+WECHAT_MAX_AMOUNT = money.from_fen(WECHAT_MAX_FEN)
+#: The most one Alipay trade can carry, in yuan (``total_amount`` is [0.01, 100000000]).
+ALIPAY_MAX_AMOUNT = Decimal("100000000.00")
+
 
 def alipay_amount(amount: Decimal) -> str:
     """An amount as Alipay takes it: yuan with two decimals (``Decimal("12.5")`` -> ``"12.50"``).
 
     Raises:
-        InvalidInput: The amount is not positive, too large or has fractions of a fen.
+        InvalidInput: The amount is not positive, above :data:`ALIPAY_MAX_AMOUNT` or has
+            fractions of a fen.
     """
-    return str(money.parse_yuan(amount))
+    exact = money.parse_yuan(amount)
+    if exact > ALIPAY_MAX_AMOUNT:
+        raise InvalidInput(f"Alipay takes at most {ALIPAY_MAX_AMOUNT} yuan, not {amount}")
+    return str(exact)
 
 
 def parse_alipay_amount(text: object) -> Decimal:
@@ -38,35 +53,44 @@ def parse_alipay_amount(text: object) -> Decimal:
         MalformedNotification: Not such a string, or not above zero.
     """
     if not isinstance(text, str) or not _ALIPAY_AMOUNT.fullmatch(text):
-        raise MalformedNotification(f"not an Alipay amount: {text!r}")
+        raise MalformedNotification(f"not an Alipay amount: {_shown(text)}")
     try:
-        return money.parse_yuan(text)
+        amount = money.parse_yuan(text)
     except InvalidInput as exc:
         raise MalformedNotification(f"not an Alipay amount: {exc.message}") from None
+    if amount > ALIPAY_MAX_AMOUNT:
+        raise MalformedNotification(f"Alipay amount {text} is above {ALIPAY_MAX_AMOUNT}")
+    return amount
 
 
 def wechat_total(amount: Decimal) -> int:
     """An amount as WeChat Pay takes it: integer fen (``Decimal("12.50")`` -> ``1250``).
 
     Raises:
-        InvalidInput: The amount is not positive, too large or has fractions of a fen.
+        InvalidInput: The amount is not positive, above :data:`WECHAT_MAX_AMOUNT` or has
+            fractions of a fen.
     """
-    return money.to_fen(money.parse_yuan(amount))
+    fen = money.to_fen(money.parse_yuan(amount))
+    if fen > WECHAT_MAX_FEN:
+        raise InvalidInput(f"WeChat Pay takes at most {WECHAT_MAX_AMOUNT} yuan, not {amount}")
+    return fen
 
 
 def parse_wechat_total(total: object) -> Decimal:
-    """The yuan amount of a WeChat Pay ``amount.total`` (integer fen).
+    """The yuan amount of a WeChat Pay amount field such as ``amount.total`` (integer fen).
 
     Raises:
         MalformedNotification: Not a JSON integer (floats, strings and booleans are refused),
-            or not above zero.
+            or not between 1 and :data:`WECHAT_MAX_FEN`.
     """
     if isinstance(total, bool) or not isinstance(total, int):
-        raise MalformedNotification(f"amount.total is not an integer: {total!r}")
-    try:
-        return money.parse_yuan(money.from_fen(total))
-    except InvalidInput as exc:
-        raise MalformedNotification(f"bad amount.total: {exc.message}") from None
+        raise MalformedNotification(f"amount.total is not an integer: {_shown(total)}")
+    # The range before any arithmetic: 10**30 fen would overflow the decimal context.
+    if not 0 < total <= WECHAT_MAX_FEN:
+        raise MalformedNotification(
+            f"amount.total {_shown(total)} is not between 1 and {WECHAT_MAX_FEN} fen"
+        )
+    return money.from_fen(total)
 
 
 def check_alipay_amount(text: object, expected: Decimal) -> Decimal:
@@ -99,3 +123,11 @@ def check_wechat_total(total: object, expected: Decimal) -> Decimal:
     if money.to_fen(amount) != money.to_fen(expected):
         raise AmountMismatch(f"notified {total} fen, the payment owes {money.to_fen(expected)}")
     return amount
+
+
+def _shown(value: object) -> str:
+    """A received value as an error message may quote it: short, whatever its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return "(a number of over 30 digits)"  # str() of a huge int is slow, or refused
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}..."

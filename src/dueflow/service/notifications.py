@@ -17,7 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from dueflow.exceptions import (
     AmountMismatch,
     BackendError,
+    Busy,
     DomainError,
+    DueflowError,
     MalformedNotification,
     NotificationRejected,
     ProviderError,
@@ -77,10 +79,25 @@ async def receive(
         return await _judged(
             deps, provider_name, inbox_id, note, accepted=False, outcome="rejected", error=exc
         )
+    except Busy as exc:
+        # The order stayed locked for the whole wait (a slow close at the provider): nothing
+        # is wrong here, the provider's retry is applied.
+        log.warning("%s notification %s not applied yet: %s", provider_name, inbox_id, exc.message)
+        return await _judged(
+            deps, provider_name, inbox_id, note, accepted=False, outcome="busy", error=exc
+        )
     except (BackendError, ProviderError) as exc:
         log.error("%s notification %s not applied: %s", provider_name, inbox_id, exc.message)
         return await _judged(
             deps, provider_name, inbox_id, note, accepted=False, outcome="error", error=exc
+        )
+    except Exception as exc:
+        # A bug (or input nothing above foresaw) still gets its verdict: the row never stays
+        # "received", the provider hears "fail" and retries, and no exception text leaks.
+        log.exception("%s notification %s failed unexpectedly", provider_name, inbox_id)
+        unexpected = DueflowError(f"unexpected {type(exc).__name__}")
+        return await _judged(
+            deps, provider_name, inbox_id, note, accepted=False, outcome="error", error=unexpected
         )
     deps.metrics.notifications.labels(provider_name, outcome).inc()
     return Receipt(True, outcome, inbox_id)

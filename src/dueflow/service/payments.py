@@ -19,13 +19,22 @@ from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.money import parse_yuan
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import (
+    BackendError,
+    DomainError,
     InvalidInput,
     InvalidTransition,
     NotAllowed,
     NotFound,
     PaymentMismatch,
+    ProviderUnavailable,
 )
-from dueflow.payments.base import Attempt, CloseOutcome, CloseResult, VerifiedPayment
+from dueflow.payments.base import (
+    Attempt,
+    CloseOutcome,
+    CloseResult,
+    StartAnswer,
+    VerifiedPayment,
+)
 from dueflow.service.deps import Deps
 from dueflow.store import goods, orders, payments, timers
 
@@ -159,9 +168,13 @@ async def apply_payment(
         order = moved[0]
         await deps.hold.settle(conn, [order.id], now)
         await timers.cancel_for_orders(conn, [order.id], now)
-        armed = await timers.schedule(
-            conn, [timers.NewTimer(order.id, TimerKind.CANCEL_UNSHIPPED, ship_deadline)], now
-        )
+        new = [timers.NewTimer(order.id, TimerKind.CANCEL_UNSHIPPED, ship_deadline)]
+        if await payments.has_open(conn, order.id):
+            # Another code the buyer was shown can still be paid: close it at its provider,
+            # after this commit (never a provider call inside the transaction), retried until
+            # the provider answers.
+            new.append(timers.NewTimer(order.id, TimerKind.CLOSE_ATTEMPTS, now))
+        armed = await timers.schedule(conn, new, now)
         await orders.record_events(
             conn,
             [order.id],
@@ -207,10 +220,11 @@ async def _refund_late_payment(
 async def record_mismatch_at_close(
     conn: AsyncConnection, payment: VerifiedPayment, *, detail: str, now: datetime
 ) -> None:
-    """Inside the cancel's transaction: close-or-query found the trade paid, but for another
-    amount than the attempt's. The attempt is marked paid (the provider holds the money) and a
-    discrepancy ``amount_mismatch`` is recorded for an operator; no refund is created, since
-    the two amounts disagree and neither can be trusted as the one to pay back."""
+    """Inside a write transaction (the cancel's, or the close of a paid order's leftover
+    attempts): close-or-query found the trade paid, but for another amount than the attempt's.
+    The attempt is marked paid (the provider holds the money) and a discrepancy
+    ``amount_mismatch`` is recorded for an operator; no refund is created, since the two
+    amounts disagree and neither can be trusted as the one to pay back."""
     attempt = await payments.by_pay_no(conn, payment.pay_no, for_update=True)
     if attempt is None:
         return
@@ -233,7 +247,7 @@ async def record_mismatch_at_close(
         detail=text,
     )
     log.error(
-        "DISCREPANCY amount_mismatch: %s; the order is cancelled, an operator settles the money",
+        "DISCREPANCY amount_mismatch: %s; an operator settles the money",
         text,
         extra={"order_id": attempt.order_id, "pay_no": attempt.pay_no},
     )
@@ -293,29 +307,37 @@ def attempt_of(row: Row[Any]) -> Attempt:
         provider=row.provider,
         amount=row.amount,
         expires_at=row.expires_at,
+        start=StartAnswer(row.start_answer or StartAnswer.UNKNOWN),
     )
+
+
+async def close_each(
+    deps: Deps, attempts: Sequence[Row[Any]], now: datetime
+) -> list[tuple[Row[Any], CloseOutcome]]:
+    """Close-or-query every attempt, concurrently with a bound; each with its outcome."""
+    limit = asyncio.Semaphore(deps.provider_concurrency)
+
+    async def one(row: Row[Any]) -> tuple[Row[Any], CloseOutcome]:
+        async with limit:
+            try:
+                provider = deps.providers.get(row.provider)
+                return row, await provider.close_or_query(attempt_of(row), now)
+            except Exception as exc:  # a provider bug must not cancel on a guess
+                log.exception("close-or-query failed for %s", row.pay_no)
+                return row, CloseOutcome.unknown(f"{type(exc).__name__}: {exc}")
+
+    return list(await asyncio.gather(*(one(row) for row in attempts)))
 
 
 async def close_attempts(
     deps: Deps, attempts: Sequence[Row[Any]], now: datetime
 ) -> dict[int, CloseOutcome]:
-    """Close-or-query every open attempt, concurrently with a bound; one outcome per order:
-    paid if any attempt was paid, else unknown if any answer is unknown, else closed."""
-    limit = asyncio.Semaphore(deps.provider_concurrency)
-
-    async def one(row: Row[Any]) -> tuple[int, CloseOutcome]:
-        async with limit:
-            try:
-                provider = deps.providers.get(row.provider)
-                return row.order_id, await provider.close_or_query(attempt_of(row), now)
-            except Exception as exc:  # a provider bug must not cancel on a guess
-                log.exception("close-or-query failed for %s", row.pay_no)
-                return row.order_id, CloseOutcome.unknown(f"{type(exc).__name__}: {exc}")
-
-    results = await asyncio.gather(*(one(row) for row in attempts))
+    """Close-or-query every open attempt (:func:`close_each`); one outcome per order: paid if
+    any attempt was paid, else unknown if any answer is unknown, else closed."""
     by_order: dict[int, CloseOutcome] = {}
     rank = {CloseResult.PAID: 2, CloseResult.UNKNOWN: 1, CloseResult.CLOSED_UNPAID: 0}
-    for order_id, outcome in results:
+    for row, outcome in await close_each(deps, attempts, now):
+        order_id = row.order_id
         best = by_order.get(order_id)
         if best is None or rank[outcome.result] > rank[best.result]:
             by_order[order_id] = outcome
@@ -356,7 +378,8 @@ async def start_payment(
     pay deadline (sent to the provider too). Returns (pay_no, the URL where the buyer pays).
 
     Raises:
-        InvalidInput: unknown provider, or the manual provider (operators record those).
+        InvalidInput: unknown provider, the manual provider (operators record those), or an
+            amount above the provider's most (nothing is stored).
         NotFound, NotAllowed: no such order, or not the buyer's.
         InvalidTransition: the order no longer awaits payment, or its pay deadline has passed.
         ProviderUnavailable: the provider did not answer clearly (the attempt stays open and
@@ -367,8 +390,29 @@ async def start_payment(
         raise InvalidInput("manual payments are recorded by an operator")
     async with locks.held(deps.locks, f"order:{order_id}", deps.lock_ttl):
         row, subject = await _new_attempt(deps, order_id, user_id, provider)
-    start = await payer.start(attempt_of(row), subject=subject)
+    try:
+        start = await payer.start(attempt_of(row), subject=subject)
+    except ProviderUnavailable as exc:
+        if exc.answered:
+            await _record_start(deps, row, StartAnswer.REFUSED)
+        raise
+    except DomainError:  # refused before any request was sent (an amount it cannot take)
+        await _record_start(deps, row, StartAnswer.REFUSED)
+        raise
+    # Anything else (a timeout, a cancelled request, a bug) leaves the start unknown: the
+    # request may still be on its way, so "no such trade" proves nothing before the expiry.
+    await _record_start(deps, row, StartAnswer.CREATED)
     return row.pay_no, start.pay_url
+
+
+async def _record_start(deps: Deps, row: Row[Any], answer: StartAnswer) -> None:
+    """Keep what the start's answer proves, for close-or-query; losing it only makes a later
+    cancel wait for the expiry, so a database failure here does not fail the start."""
+    try:
+        async with deps.db.write() as conn:
+            await payments.record_start(conn, row.id, answer.value)
+    except BackendError as exc:
+        log.warning("could not record the start of %s as %s: %s", row.pay_no, answer, exc)
 
 
 async def _new_attempt(
@@ -397,6 +441,7 @@ async def _new_attempt(
                 f"{MIN_PAY_WINDOW.total_seconds():g} s away",
                 status=order.status,
             )
+        deps.providers.get(provider).check_amount(order.amount)  # before anything is stored
         pay_no = new_pay_no(now)
         await payments.insert_attempt(
             conn,

@@ -2,7 +2,7 @@
 
 pending_review -> (operator approves) processing -> succeeded | failed; failed -> (operator
 retries) processing. While a refund is processing, a ``refund_check`` timer asks the provider
-until it is final.
+until it is final, and submits it again (same number) while the provider does not know it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from dueflow.store.timers import Claimed
 log = logging.getLogger(__name__)
 STATES = (REFUND_PENDING_REVIEW, REFUND_PROCESSING, REFUND_SUCCEEDED, REFUND_FAILED)
 FINAL = {RefundResult.SUCCEEDED: REFUND_SUCCEEDED, RefundResult.FAILED: REFUND_FAILED}
+#: Status answers after which the refund is submitted again, with the same number.
+RESUBMIT = frozenset({RefundResult.NOT_FOUND, RefundResult.UNKNOWN})
 #: The first look after a refund was submitted (Alipay asks for at least 10 s).
 FIRST_CHECK = timedelta(seconds=10)
 
@@ -120,13 +122,17 @@ async def _ask(deps: Deps, row: Row[Any], *, first: bool) -> RefundOutcome:
 
 
 async def _follow(deps: Deps, row: Row[Any]) -> RefundOutcome:
-    """Ask where a refund stands; while it is not final, submit it again (the refund number is
-    fixed, so the provider refunds once): a request that never reached it gets there now."""
+    """Ask where a refund stands. One the provider does not know (or could not say about) is
+    submitted again: the refund number is fixed, so the provider refunds once, and a request
+    that never reached it (a bare 5xx, a crash before the call) gets there now. One it knows
+    and is processing is only asked about."""
     outcome = await _ask(deps, row, first=False)
-    if outcome.result in FINAL:
+    if outcome.result not in RESUBMIT:
         return outcome
     again = await _ask(deps, row, first=True)
-    return again if again.result in FINAL else outcome
+    if again.result is RefundResult.UNKNOWN:
+        return RefundOutcome(again.result, f"{outcome.reason}; submitted again: {again.reason}")
+    return again
 
 
 async def _apply(deps: Deps, row: Row[Any], outcome: RefundOutcome) -> str:

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.store.schema import order_events, orders
-from dueflow.store.types import UTCDateTime
+from dueflow.store.types import UTCDateTime, fit
 
 Values = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
 
@@ -108,10 +108,14 @@ async def record_events(
     to_status: OrderStatus | None = None,
     detail: str | None = None,
 ) -> None:
-    """Append one timeline entry per order."""
+    """Append one timeline entry per order; texts longer than their columns are cut (a
+    provider's message in ``detail`` must not fail the write it is part of)."""
     if not rows:
         return
     ids = [r if isinstance(r, int) else r.id for r in rows]
+    event = fit(order_events.c.event, event) or ""
+    actor = fit(order_events.c.actor, actor) or ""
+    detail = fit(order_events.c.detail, detail)
     if len(ids) == 1:
         await conn.execute(
             insert(order_events).values(

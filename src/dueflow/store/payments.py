@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store.schema import discrepancies, orders, payments, refunds
+from dueflow.store.types import fit
 
 OPEN = "open"
 PAID = "paid"
@@ -118,6 +119,43 @@ async def close_open(conn: AsyncConnection, order_ids: Sequence[int], now: datet
         .values(state=CLOSED, handled_at=now)
     )
     return int(result.rowcount)
+
+
+async def close_attempts(conn: AsyncConnection, attempt_ids: Sequence[int], now: datetime) -> int:
+    """Mark these attempts closed (their trades were closed at the provider) where still open."""
+    if not attempt_ids:
+        return 0
+    result = await conn.execute(
+        update(payments)
+        .where(payments.c.id.in_(attempt_ids), payments.c.state == OPEN)
+        .values(state=CLOSED, handled_at=now)
+    )
+    return int(result.rowcount)
+
+
+_ANY_OPEN = (
+    select(payments.c.id)
+    .where(
+        payments.c.order_id == bindparam("p_order_id", type_=payments.c.order_id.type),
+        payments.c.state == OPEN,
+    )
+    .limit(1)
+)
+
+
+async def has_open(conn: AsyncConnection, order_id: int) -> bool:
+    """Whether the order has an open attempt (one statement, built once: the confirm path)."""
+    return (await conn.execute(_ANY_OPEN, {"p_order_id": order_id})).first() is not None
+
+
+async def record_start(conn: AsyncConnection, attempt_id: int, answer: str) -> bool:
+    """Record what became of the attempt's start request, once; False if it was recorded."""
+    result = await conn.execute(
+        update(payments)
+        .where(payments.c.id == attempt_id, payments.c.start_answer.is_(None))
+        .values(start_answer=answer)
+    )
+    return result.rowcount == 1
 
 
 def refund_no_for(pay_no: str) -> str:
@@ -250,10 +288,12 @@ async def move_refund(
     now: datetime,
     error: str | None = None,
 ) -> bool:
-    """One conditional update of a refund's state; False when it was not ``expected``."""
+    """One conditional update of a refund's state; False when it was not ``expected``.
+
+    ``error`` (a provider's words) is cut to its column: it must not fail the move."""
     result = await conn.execute(
         update(refunds)
         .where(refunds.c.id == refund_id, refunds.c.state == expected)
-        .values(state=to, updated_at=now, last_error=error)
+        .values(state=to, updated_at=now, last_error=fit(refunds.c.last_error, error))
     )
     return result.rowcount == 1

@@ -132,6 +132,8 @@ payments = Table(
     Column("provider_trade_no", String(64)),
     Column("created_at", UTCDateTime, nullable=False),
     Column("handled_at", UTCDateTime),
+    # What became of the start request: created | refused; NULL while (or if ever) unknown.
+    Column("start_answer", String(16)),
 )
 
 refunds = Table(

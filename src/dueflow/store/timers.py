@@ -27,9 +27,10 @@ SKIP_LOCKED_DIALECTS = {"postgresql", "mysql", "mariadb"}
 SCHEDULED: ColumnClause[str] = literal_column("'scheduled'")
 CLAIMED: ColumnClause[str] = literal_column("'claimed'")
 _KINDS = {kind.value: kind for kind in TimerKind}
-#: The kinds an order move makes obsolete (not REFUND_CHECK: a refund is followed to the end).
+#: The kinds an order move makes obsolete (not REFUND_CHECK: a refund is followed to the end;
+#: not CLOSE_ATTEMPTS: a paid order's leftover trades are closed whatever the order does next).
 ORDER_LIFE_KINDS = tuple(
-    kind for kind in TimerKind if kind is not TimerKind.REFUND_CHECK
+    kind for kind in TimerKind if kind not in (TimerKind.REFUND_CHECK, TimerKind.CLOSE_ATTEMPTS)
 )  # Enum(value) is slow on hot paths
 
 

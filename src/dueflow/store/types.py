@@ -6,11 +6,13 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect, Numeric, String
+from sqlalchemy import Column, DateTime, Dialect, Numeric, String
 from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeDecorator
 
 CENT = Decimal("0.01")
+#: The most a text column without a length holds on every backend: MySQL's TEXT, in bytes.
+TEXT_BYTES = 65_535
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -72,3 +74,20 @@ class Money(TypeDecorator[Decimal]):
         if value is None:
             return None
         return Decimal(str(value)).quantize(CENT)
+
+
+def fit(column: Column[Any], text: str | None) -> str | None:
+    """``text`` cut to what ``column`` holds: a ``String(n)`` its first n characters, a text
+    column without a length :data:`TEXT_BYTES` of UTF-8 (on a character boundary).
+
+    SQLite keeps any length; PostgreSQL and MySQL refuse a longer value, which would fail the
+    whole write it belongs to (a refund's final answer, say) over a message nobody reads whole.
+    """
+    if text is None:
+        return None
+    length = getattr(column.type, "length", None)
+    if length is not None:
+        return text[:length]
+    if len(text) * 4 <= TEXT_BYTES:  # no UTF-8 character is longer than 4 bytes
+        return text
+    return text.encode("utf-8")[:TEXT_BYTES].decode("utf-8", errors="ignore")

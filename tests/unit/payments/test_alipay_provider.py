@@ -380,8 +380,20 @@ async def test_refund_failures_and_trouble(
     await fail_next(client, "alipay.trade.fastpay.refund.query")
     assert (await provider.refund_status(refund_request())).result is RefundResult.UNKNOWN
     not_yet = await provider.refund_status(refund_request("R9"))
-    assert not_yet.result is RefundResult.PROCESSING
+    assert not_yet.result is RefundResult.NOT_FOUND  # submitted again, never failed
     assert (await provider.refund(refund_request())).result is RefundResult.SUCCEEDED
+
+
+async def test_a_refund_lost_to_a_bare_502_is_not_found_then_made_by_the_same_number(
+    provider: AlipayProvider, client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    await started_and_paid(provider, client)
+    await fail_next(client, "alipay.trade.refund", "5xx")
+    assert (await provider.refund(refund_request())).result is RefundResult.UNKNOWN
+    assert (await provider.refund_status(refund_request())).result is RefundResult.NOT_FOUND
+    assert (await provider.refund(refund_request())).result is RefundResult.SUCCEEDED
+    assert (await provider.refund_status(refund_request())).result is RefundResult.SUCCEEDED
+    assert len(sim(app).state.refunds) == 1
 
 
 async def test_aclose_leaves_a_given_client_open_and_closes_its_own(

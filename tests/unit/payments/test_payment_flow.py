@@ -78,10 +78,16 @@ class Market:
 
 
 @pytest.fixture
-async def market(db_path: Path) -> AsyncIterator[Market]:
+def sim_options() -> dict[str, object]:
+    """Simulator settings for the market; a module overrides this fixture to change them."""
+    return {}
+
+
+@pytest.fixture
+async def market(db_path: Path, sim_options: dict[str, object]) -> AsyncIterator[Market]:
     clock = FakeClock(START)
     forward = Forward()
-    config = SimulatorConfig.generate(clock=clock, transport=forward)
+    config = SimulatorConfig.generate(clock=clock, transport=forward, **sim_options)
     sim = simulator_app(config)
     settings = load_settings(
         database_url=f"sqlite:///{db_path}",

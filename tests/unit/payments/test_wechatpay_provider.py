@@ -378,7 +378,7 @@ async def test_refund_failures(
     unpaid = await provider.refund(refund_request())
     assert (unpaid.result, "INVALID_REQUEST" in unpaid.reason) == (RefundResult.FAILED, True)
     unknown = await provider.refund_status(refund_request("NOPE"))
-    assert unknown.result is RefundResult.FAILED
+    assert unknown.result is RefundResult.NOT_FOUND  # submitted again, never failed
 
     await pay(client)
     for mode in ("5xx", "SYSTEM_ERROR"):
@@ -387,6 +387,37 @@ async def test_refund_failures(
     assert sim(app).state.refunds == {}
     await fail_next(client, "refund_query", "5xx")
     assert (await provider.refund_status(refund_request())).result is RefundResult.UNKNOWN
+
+
+async def test_a_refund_lost_to_a_bare_502_is_not_found_then_made_by_the_same_number(
+    provider: WechatPayProvider, client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    await provider.start(attempt(), subject="相机")
+    await pay(client)
+    await fail_next(client, "refund", "5xx")
+    assert (await provider.refund(refund_request())).result is RefundResult.UNKNOWN
+    lost = await provider.refund_status(refund_request())
+    assert (lost.result, "RESOURCE_NOT_EXISTS" in lost.reason) == (RefundResult.NOT_FOUND, True)
+    assert (await provider.refund(refund_request())).result is RefundResult.PROCESSING
+    assert (await provider.refund_status(refund_request())).result is RefundResult.PROCESSING
+    assert len(sim(app).state.refunds) == 1
+
+
+async def test_a_refund_query_error_other_than_not_found_is_unknown(
+    provider: WechatPayProvider,
+    client: httpx.AsyncClient,
+    config: SimulatorConfig,
+    app: FastAPI,
+    http: httpx.AsyncClient,
+) -> None:
+    """A query's error says nothing about the refund: only a status or a 404 is an answer."""
+    await fail_next(client, "refund_query", "SYSTEM_ERROR")
+    assert (await provider.refund_status(refund_request())).result is RefundResult.UNKNOWN
+    unverifiable = make_provider(
+        config, app, http, merchant_private_key=generate_keypair().private_key
+    )
+    refused = await unverifiable.refund_status(refund_request())  # 401 SIGN_ERROR
+    assert (refused.result, "SIGN_ERROR" in refused.reason) == (RefundResult.UNKNOWN, True)
 
 
 async def test_a_provider_it_made_its_own_client_for_closes_it(config: SimulatorConfig) -> None:

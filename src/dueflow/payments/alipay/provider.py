@@ -10,12 +10,16 @@ Close-or-query (``payment-protocols.md`` §2):
 * close ``10000``: closed, unpaid.
 * ``ACQ.TRADE_STATUS_ERROR``: the trade is no longer waiting, so query it: ``TRADE_SUCCESS`` or
   ``TRADE_FINISHED`` is paid, ``TRADE_CLOSED`` is closed, anything else unknown.
-* ``ACQ.TRADE_NOT_EXIST``: a QR trade exists only once scanned, so "not found" proves nothing
-  until the code has expired: closed only from ``expires_at + clock_skew`` on, unknown before.
+* ``ACQ.TRADE_NOT_EXIST``: a QR trade exists only once scanned, and the code stays scannable
+  until it expires. Once our precreate is over (answered, :class:`StartAnswer`), the code is
+  voided with ``alipay.trade.cancel``: ``10000`` (``retry_flag`` not ``Y``) is closed. While
+  the precreate's answer is unknown (it may still arrive and create the code), "not found"
+  proves nothing until the code has expired: closed only from ``expires_at + clock_skew`` on.
 * anything else (``ACQ.SYSTEM_ERROR``, other codes, HTTP trouble, a bad signature): unknown.
 
 Refunds: ``fund_change=Y`` succeeded, ``N`` processing (a repeated ``out_request_no``), a
-definite business ``sub_code`` failed, anything else unknown.
+definite business ``sub_code`` failed, anything else unknown. The refund query answers
+``REFUND_SUCCESS`` or nothing: nothing is "not found", and the refund is requested again.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from dueflow.exceptions import (
 from dueflow.payments import money_wire
 from dueflow.payments.alipay import signing
 from dueflow.payments.base import (
+    GATEWAY_TIMEOUTS,
     Attempt,
     CloseOutcome,
     NotificationEvent,
@@ -46,6 +51,7 @@ from dueflow.payments.base import (
     RefundOutcome,
     RefundRequest,
     RefundResult,
+    StartAnswer,
     VerifiedPayment,
 )
 
@@ -66,13 +72,18 @@ DEFINITE_REFUND_FAILURES = frozenset(
     }
 )
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+#: The most a trade's ``subject`` holds, in characters.
+SUBJECT_CHARS = 256
 
 
 class _CallFailed(Exception):
-    """No trustworthy answer: transport trouble, a non-200 status or a bad signature."""
+    """No trustworthy answer: transport trouble, a non-200 status or a bad signature.
 
-    def __init__(self, reason: str) -> None:
+    ``answered``: something did answer (the call is over and can take no effect later)."""
+
+    def __init__(self, reason: str, *, answered: bool = False) -> None:
         self.reason = reason
+        self.answered = answered
         super().__init__(reason)
 
 
@@ -80,6 +91,7 @@ class AlipayProvider(PaymentProvider):
     """Alipay through its OpenAPI gateway (real, sandbox or the simulator)."""
 
     name = "alipay"
+    max_amount = money_wire.ALIPAY_MAX_AMOUNT
 
     def __init__(
         self,
@@ -127,7 +139,8 @@ class AlipayProvider(PaymentProvider):
     # --- the port --------------------------------------------------------------------------
 
     async def start(self, attempt: Attempt, *, subject: str) -> PayStart:
-        """``alipay.trade.precreate``: the QR code URL for the attempt.
+        """``alipay.trade.precreate``: the QR code URL for the attempt. The subject is cut to
+        :data:`SUBJECT_CHARS`.
 
         Raises:
             ProviderUnavailable: Anything but a verified ``10000`` with a ``qr_code``.
@@ -135,17 +148,21 @@ class AlipayProvider(PaymentProvider):
         biz = {
             "out_trade_no": attempt.pay_no,
             "total_amount": money_wire.alipay_amount(attempt.amount),
-            "subject": subject,
+            "subject": subject[:SUBJECT_CHARS],
             "time_expire": _beijing(attempt.expires_at),
         }
         method = "alipay.trade.precreate"
         try:
             content = await self._call(method, biz, notify=True)
         except _CallFailed as exc:
-            raise ProviderUnavailable(f"alipay precreate {attempt.pay_no}: {exc.reason}") from None
+            raise ProviderUnavailable(
+                f"alipay precreate {attempt.pay_no}: {exc.reason}", answered=exc.answered
+            ) from None
         qr_code = content.get("qr_code")
         if content.get("code") != SUCCESS_CODE or not isinstance(qr_code, str) or not qr_code:
-            raise ProviderUnavailable(f"alipay precreate {attempt.pay_no}: {_describe(content)}")
+            raise ProviderUnavailable(
+                f"alipay precreate {attempt.pay_no}: {_describe(content)}", answered=True
+            )
         return PayStart(qr_code)
 
     async def close_or_query(self, attempt: Attempt, now: datetime) -> CloseOutcome:
@@ -226,7 +243,12 @@ class AlipayProvider(PaymentProvider):
         return RefundOutcome(RefundResult.UNKNOWN, _describe(content))
 
     async def refund_status(self, request: RefundRequest) -> RefundOutcome:
-        """``alipay.trade.fastpay.refund.query``: succeeded, or still processing."""
+        """``alipay.trade.fastpay.refund.query``: succeeded, or not found.
+
+        A ``10000`` without ``refund_status`` is Alipay's "no such refund" (its docs: nothing
+        found means not refunded, request the refund again with the same ``out_request_no``),
+        so it is :attr:`RefundResult.NOT_FOUND`, never a failure.
+        """
         biz = {"out_trade_no": request.pay_no, "out_request_no": request.refund_no}
         try:
             content = await self._call("alipay.trade.fastpay.refund.query", biz)
@@ -234,9 +256,11 @@ class AlipayProvider(PaymentProvider):
             return RefundOutcome(RefundResult.UNKNOWN, exc.reason)
         if content.get("code") != SUCCESS_CODE:
             return RefundOutcome(RefundResult.UNKNOWN, _describe(content))
+        if content.get("out_request_no") not in (None, request.refund_no):
+            return RefundOutcome(RefundResult.UNKNOWN, "the answer is about another refund")
         if content.get("refund_status") == "REFUND_SUCCESS":
             return RefundOutcome(RefundResult.SUCCEEDED, "REFUND_SUCCESS")
-        return RefundOutcome(RefundResult.PROCESSING, "no refund found yet")
+        return RefundOutcome(RefundResult.NOT_FOUND, "no refund by this out_request_no")
 
     # --- internals -------------------------------------------------------------------------
 
@@ -247,6 +271,8 @@ class AlipayProvider(PaymentProvider):
         if code == SUCCESS_CODE:
             return CloseOutcome.closed("alipay closed the trade")
         if sub_code == "ACQ.TRADE_NOT_EXIST":
+            if attempt.start is not StartAnswer.UNKNOWN:
+                return await self._void(attempt)
             if now >= attempt.expires_at + self._clock_skew:
                 return CloseOutcome.closed("never scanned and expired at alipay")
             return CloseOutcome.unknown("ACQ.TRADE_NOT_EXIST before the code expired")
@@ -269,6 +295,27 @@ class AlipayProvider(PaymentProvider):
         if status == "TRADE_CLOSED":
             return CloseOutcome.closed("alipay reports TRADE_CLOSED")
         return CloseOutcome.unknown(f"query: trade_status {status}")
+
+    async def _void(self, attempt: Attempt) -> CloseOutcome:
+        """``alipay.trade.cancel`` of a QR trade nobody has scanned (close cannot reach it).
+
+        Alipay's cancel closes an unpaid trade and refunds a paid one; ``action`` is present
+        only for a trade that exists. Its use is "no clear payment result": a code whose
+        trade does not exist yet. Called only once the start is over (no precreate of ours can
+        still arrive) and only after close answered ``ACQ.TRADE_NOT_EXIST``, so a code being
+        paid is closed or queried, never cancelled.
+        """
+        content = await self._call("alipay.trade.cancel", {"out_trade_no": attempt.pay_no})
+        code, sub_code = content.get("code"), content.get("sub_code")
+        if code == SUCCESS_CODE and content.get("retry_flag") != "Y":
+            action = content.get("action") or "no trade yet"
+            if action == "refund":
+                # Paid in the instant between close and cancel: Alipay gave the money back.
+                return CloseOutcome.closed("alipay cancel refunded a payment made meanwhile")
+            return CloseOutcome.closed(f"alipay cancelled the unscanned trade ({action})")
+        if sub_code == "ACQ.TRADE_NOT_EXIST" and attempt.start is StartAnswer.REFUSED:
+            return CloseOutcome.closed("never created: the precreate was refused")
+        return CloseOutcome.unknown(f"cancel: {_describe(content)}")
 
     async def _call(
         self, method: str, biz: Mapping[str, Any], *, notify: bool = False
@@ -299,14 +346,19 @@ class AlipayProvider(PaymentProvider):
         except httpx.HTTPError as exc:
             raise _CallFailed(f"{method}: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
-            raise _CallFailed(f"{method}: HTTP {response.status_code}")
+            raise _CallFailed(
+                f"{method}: HTTP {response.status_code}",
+                answered=response.status_code not in GATEWAY_TIMEOUTS,
+            )
         try:
             text = response.content.decode("utf-8")
             return signing.verify_response(text, method, self._public_key)
         except UnicodeDecodeError:
-            raise _CallFailed(f"{method}: the answer is not UTF-8") from None
+            raise _CallFailed(f"{method}: the answer is not UTF-8", answered=True) from None
         except NotificationRejected as exc:
-            raise _CallFailed(f"{method}: {type(exc).__name__}: {exc.message}") from None
+            raise _CallFailed(
+                f"{method}: {type(exc).__name__}: {exc.message}", answered=True
+            ) from None
 
 
 def _beijing(when: datetime) -> str:

@@ -10,6 +10,8 @@ gateway-level failures (signature, app id, method) come as a signed ``error_resp
 QR trades: with ``alipay_trade_on_scan`` (the default), a precreated trade exists at Alipay only
 once the buyer scans the code, as people report of the real service; until then query, close and
 refund answer ``ACQ.TRADE_NOT_EXIST``, and an unscanned trade that expires leaves no trace.
+``alipay.trade.cancel`` does reach an unscanned trade: it voids the code (scanning or paying it
+later finds it closed), as Alipay's cancel closes any trade that has not been paid.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from dueflow.payments.simulator.state import (
 ALIPAY = Provider.ALIPAY
 SUCCESS = {"code": "10000", "msg": "Success"}
 DEFAULT_EXPIRY = timedelta(hours=2)  # the longest a precreate QR code lives
+SUBJECT_CHARS = 256  # the documented limit of a trade's subject
 MEDIA_TYPE = "application/json;charset=utf-8"
 _TIMEOUT_EXPRESS = re.compile(r"([1-9][0-9]*)([mhd])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
@@ -79,6 +82,8 @@ def router(state: SimulatorState) -> APIRouter:
         failure = state.take_failure(ALIPAY, OPERATIONS[ALIPAY][method])
         if failure is FailMode.SERVER_ERROR:
             return control.bad_gateway()
+        if failure is FailMode.LOST:
+            return await control.hang(state.config.hang_seconds)
         if failure is FailMode.SYSTEM_ERROR:
             return _signed(state, method, _failure("ACQ.SYSTEM_ERROR", "系统错误"))
         content = METHODS[method](Call(state, biz, params, request))
@@ -143,6 +148,8 @@ def _precreate(call: Call) -> Content:
         return _failure("ACQ.INVALID_PARAMETER", f"参数无效: {exc}")
     if not out_trade_no or not subject:
         return _failure("ACQ.INVALID_PARAMETER", "缺少 out_trade_no 或 subject")
+    if len(subject) > SUBJECT_CHARS:
+        return _failure("ACQ.INVALID_PARAMETER", f"subject 长度超过 {SUBJECT_CHARS}")
     trade = call.state.trade(ALIPAY, out_trade_no)
     if trade is not None and trade.status is TradeStatus.PAID:
         return _failure("ACQ.TRADE_HAS_SUCCESS", "交易已被支付")
@@ -185,6 +192,23 @@ def _close(call: Call) -> Content:
     if not call.state.close(trade):
         return _failure("ACQ.TRADE_STATUS_ERROR", "交易状态不合法")
     return {**SUCCESS, "trade_no": trade.trade_no, "out_trade_no": trade.out_trade_no}
+
+
+def _cancel(call: Call) -> Content:
+    """``alipay.trade.cancel``: it reaches a QR trade nobody scanned (which close cannot), and
+    names its ``trade_no`` and ``action`` only for a trade that exists."""
+    out_trade_no = _text(call.biz, "out_trade_no")
+    trade = call.state.trade(ALIPAY, out_trade_no) if out_trade_no else _find(call)
+    if trade is None:
+        return _not_exist()
+    existed = call.state.visible_trade(ALIPAY, trade.out_trade_no) is not None
+    action = call.state.cancel(trade)
+    content: Content = {**SUCCESS, "out_trade_no": trade.out_trade_no, "retry_flag": "N"}
+    if existed:
+        content["trade_no"] = trade.trade_no
+        if action:
+            content["action"] = action
+    return content
 
 
 def _refund(call: Call) -> Content:
@@ -244,6 +268,7 @@ METHODS: dict[str, Callable[[Call], Content]] = {
     "alipay.trade.precreate": _precreate,
     "alipay.trade.query": _query,
     "alipay.trade.close": _close,
+    "alipay.trade.cancel": _cancel,
     "alipay.trade.refund": _refund,
     "alipay.trade.fastpay.refund.query": _refund_query,
 }

@@ -8,8 +8,9 @@
   trade exists at the provider only from then on).
 * ``POST /control/fail-next {"provider", "method", "mode"}``: the next call of that operation
   fails: ``SYSTEM_ERROR`` (the provider's signed system error, nothing done), ``5xx`` (a bare
-  502 from a proxy, nothing done) or ``timeout`` (the call takes effect, then the answer is
-  held for ``hang_seconds`` and ends as a bare 504).
+  502 from a proxy, nothing done), ``timeout`` (the call takes effect, then the answer is
+  held for ``hang_seconds`` and ends as a bare 504) or ``lost`` (nothing done, and the client
+  sees what ``timeout`` shows: it cannot tell whether the call took effect).
 * ``POST /control/pay-on-close {"provider", "out_trade_no"}``: the buyer pays just as the next
   close request for that trade arrives, so the close loses.
 * ``POST /control/deliver``: send the notifications that are due now.

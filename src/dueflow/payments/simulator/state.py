@@ -67,6 +67,8 @@ class FailMode(StrEnum):
     SYSTEM_ERROR = "SYSTEM_ERROR"
     SERVER_ERROR = "5xx"
     TIMEOUT = "timeout"
+    #: The request is lost on its way (nothing done); the client sees what ``timeout`` shows.
+    LOST = "lost"
 
 
 OPERATIONS: dict[Provider, dict[str, str]] = {
@@ -74,6 +76,7 @@ OPERATIONS: dict[Provider, dict[str, str]] = {
         "alipay.trade.precreate": "precreate",
         "alipay.trade.query": "query",
         "alipay.trade.close": "close",
+        "alipay.trade.cancel": "cancel",
         "alipay.trade.refund": "refund",
         "alipay.trade.fastpay.refund.query": "refund_query",
     },
@@ -283,6 +286,23 @@ class SimulatorState:
             return False
         self._close(trade, self.now())
         return True
+
+    def cancel(self, trade: Trade) -> str:
+        """Alipay's ``trade.cancel``: a waiting trade is closed, scanned or not (an unscanned
+        code is void: scanning it later finds it closed), a paid one is refunded in full.
+
+        Returns:
+            The action taken: ``close``, ``refund``, or ``""`` (closed or refunded already).
+        """
+        self.advance()
+        if trade.status is TradeStatus.WAITING:
+            self._close(trade, self.now())
+            return "close"
+        if trade.status is TradeStatus.PAID and not trade.fully_refunded:
+            left = trade.amount - trade.refunded
+            self.refund(trade, trade.out_trade_no, amount=left, reason="cancel", notify_url="")
+            return "refund"
+        return ""
 
     def refund(
         self, trade: Trade, out_refund_no: str, *, amount: Decimal, reason: str, notify_url: str

@@ -41,6 +41,8 @@ from dueflow.payments.wechatpay import signing
 WECHATPAY = Provider.WECHATPAY
 JSON_TYPE = "application/json; charset=utf-8"
 DEFAULT_EXPIRY = timedelta(hours=2)  # how long a native code_url lives
+DESCRIPTION_BYTES = 127  # the documented limit of a native order's description, in UTF-8
+MAX_FEN = 2**31 - 1  # every amount field is an int32 of fen
 
 Payload = dict[str, Any]
 Reply = tuple[int, Payload | None]
@@ -163,6 +165,8 @@ def _native(call: Call) -> Reply:
         return _error(400, "PARAM_ERROR", f"参数错误: {exc}")
     if not out_trade_no or not notify_url or not _text(body, "description"):
         return _error(400, "PARAM_ERROR", "缺少 out_trade_no、description 或 notify_url")
+    if len(_text(body, "description").encode("utf-8")) > DESCRIPTION_BYTES:
+        return _error(400, "PARAM_ERROR", f"description 长度超过 {DESCRIPTION_BYTES} 字节")
     trade = call.state.trade(WECHATPAY, out_trade_no)
     if trade is None:
         trade = call.state.create_trade(
@@ -261,6 +265,8 @@ def _endpoint(
         failure = state.take_failure(WECHATPAY, operation)
         if failure is FailMode.SERVER_ERROR:
             return control.bad_gateway()
+        if failure is FailMode.LOST:
+            return await control.hang(state.config.hang_seconds)
         if failure is FailMode.SYSTEM_ERROR:
             return _respond(state, _error(500, "SYSTEM_ERROR", "系统错误"))
         call = Call(state, body, request.path_params, request.query_params, request)
@@ -384,7 +390,9 @@ def _total(amount: object) -> Decimal:
 def _fen(value: object) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"not an amount in fen: {value!r}")
-    return money.parse_yuan(money.from_fen(value))
+    if not 0 < value <= MAX_FEN:  # checked first: a huge value overflows the decimal context
+        raise InvalidInput(f"an amount in fen is 1 to {MAX_FEN}")
+    return money.from_fen(value)
 
 
 def _expiry(text: str, now: datetime) -> datetime:

@@ -32,6 +32,7 @@ from dueflow.exceptions import (
     WrongMerchant,
 )
 from dueflow.payments.base import (
+    GATEWAY_TIMEOUTS,
     Attempt,
     CloseOutcome,
     NotificationEvent,
@@ -41,9 +42,10 @@ from dueflow.payments.base import (
     RefundOutcome,
     RefundRequest,
     RefundResult,
+    StartAnswer,
     VerifiedPayment,
 )
-from dueflow.payments.money_wire import parse_wechat_total, wechat_total
+from dueflow.payments.money_wire import WECHAT_MAX_AMOUNT, parse_wechat_total, wechat_total
 from dueflow.payments.wechatpay import signing
 
 __all__ = ["MAX_NOTIFICATION_BYTES", "WechatPayProvider"]
@@ -52,6 +54,8 @@ MAX_NOTIFICATION_BYTES = 64 * 1024
 CST = timezone(timedelta(hours=8), "CST")
 NATIVE_PATH = "/v3/pay/transactions/native"
 REFUNDS_PATH = "/v3/refund/domestic/refunds"
+#: The most a native order's ``description`` holds, in UTF-8 bytes.
+DESCRIPTION_BYTES = 127
 
 PublicKeyLike = rsa_keys.RSAPublicKey | str | bytes
 
@@ -100,6 +104,7 @@ class WechatPayProvider(PaymentProvider):
     """WeChat Pay API v3, native payments."""
 
     name = "wechatpay"
+    max_amount = WECHAT_MAX_AMOUNT
 
     def __init__(
         self,
@@ -172,7 +177,8 @@ class WechatPayProvider(PaymentProvider):
     # --- payments ------------------------------------------------------------------------------
 
     async def start(self, attempt: Attempt, *, subject: str) -> PayStart:
-        """Place a native order; the answer's ``code_url`` is what the buyer scans.
+        """Place a native order; the answer's ``code_url`` is what the buyer scans. The
+        subject is cut to :data:`DESCRIPTION_BYTES` on a character boundary.
 
         Raises:
             ProviderUnavailable: No verified ``code_url`` came back.
@@ -180,7 +186,7 @@ class WechatPayProvider(PaymentProvider):
         payload = {
             "appid": self._appid,
             "mchid": self._mchid,
-            "description": subject,
+            "description": _description(subject),
             "out_trade_no": attempt.pay_no,
             "time_expire": _rfc3339(attempt.expires_at),
             "notify_url": self._notify_url,
@@ -190,7 +196,7 @@ class WechatPayProvider(PaymentProvider):
         code_url = answer.body.get("code_url")
         if answer.status != 200 or not isinstance(code_url, str) or not code_url:
             raise ProviderUnavailable(
-                f"wechatpay native order {attempt.pay_no}: {answer.describe()}"
+                f"wechatpay native order {attempt.pay_no}: {answer.describe()}", answered=True
             )
         return PayStart(code_url)
 
@@ -218,6 +224,10 @@ class WechatPayProvider(PaymentProvider):
         except ProviderUnavailable as exc:
             return CloseOutcome.unknown(f"query: {exc.message}")
         if found.status == 404 and found.code == "ORDER_NOT_EXIST":
+            if attempt.start is StartAnswer.REFUSED:
+                # Our one native request was answered without a code_url and created nothing:
+                # no request of ours is still on its way, so this order can never be paid.
+                return CloseOutcome.closed("ORDER_NOT_EXIST after a refused start")
             # A native order still in flight (or not yet placed) could appear and be paid until
             # its expiry: closed only once that has passed, with a margin for clock skew.
             if now >= attempt.expires_at + CLOCK_SKEW:
@@ -316,12 +326,18 @@ class WechatPayProvider(PaymentProvider):
         return _refund_outcome(answer, request)
 
     async def refund_status(self, request: RefundRequest) -> RefundOutcome:
-        """Where the refund stands now, by ``refund_no``."""
+        """Where the refund stands now, by ``refund_no``: 404 ``RESOURCE_NOT_EXISTS`` is
+        :attr:`RefundResult.NOT_FOUND` (never a failure); any other error is unknown, since a
+        query's error says nothing about the refund itself."""
         try:
             answer = await self._call("GET", f"{REFUNDS_PATH}/{_segment(request.refund_no)}")
         except ProviderUnavailable as exc:
             return RefundOutcome(RefundResult.UNKNOWN, exc.message)
-        return _refund_outcome(answer, request)
+        if answer.status == 200:
+            return _refund_found(answer, request)
+        if answer.status == 404 and answer.code == "RESOURCE_NOT_EXISTS":
+            return RefundOutcome(RefundResult.NOT_FOUND, answer.describe())
+        return RefundOutcome(RefundResult.UNKNOWN, answer.describe())
 
     # --- the wire ------------------------------------------------------------------------------
 
@@ -378,7 +394,8 @@ class WechatPayProvider(PaymentProvider):
             )
         except NotificationRejected as exc:
             raise ProviderUnavailable(
-                f"{where}: HTTP {response.status_code} failed verification: {exc.message}"
+                f"{where}: HTTP {response.status_code} failed verification: {exc.message}",
+                answered=response.status_code not in GATEWAY_TIMEOUTS,  # a proxy's 502 page
             ) from None
         if not response.content:
             return _Answer(response.status_code)
@@ -387,7 +404,9 @@ class WechatPayProvider(PaymentProvider):
         except (UnicodeDecodeError, ValueError):
             parsed = None
         if not isinstance(parsed, dict):
-            raise ProviderUnavailable(f"{where}: HTTP {response.status_code} body is not JSON")
+            raise ProviderUnavailable(
+                f"{where}: HTTP {response.status_code} body is not JSON", answered=True
+            )
         return _Answer(response.status_code, parsed)
 
 
@@ -398,6 +417,12 @@ def _public_key(key: PublicKeyLike) -> rsa_keys.RSAPublicKey:
     if "BEGIN CERTIFICATE" in text:
         return signing.certificate_key(key)[1]
     return signing.load_public_key(key)
+
+
+def _description(subject: str) -> str:
+    """The subject cut to what ``description`` holds, never inside a character."""
+    cut = subject.encode("utf-8")[:DESCRIPTION_BYTES]
+    return cut.decode("utf-8", errors="ignore")  # drops a character cut in half at the end
 
 
 def _rfc3339(when: datetime) -> str:
@@ -446,16 +471,23 @@ def _event_type(body: bytes) -> str:
     return event
 
 
+def _refund_found(answer: _Answer, request: RefundRequest) -> RefundOutcome:
+    """A 200 Refund object: its ``status``, if it is about this refund."""
+    result = _REFUND_STATUS.get(str(answer.body.get("status")))
+    if answer.body.get("out_refund_no") != request.refund_no:
+        return RefundOutcome(RefundResult.UNKNOWN, "the answer is about another refund")
+    if result is None:
+        return RefundOutcome(
+            RefundResult.UNKNOWN, f"unexpected refund status {answer.body.get('status')!r}"
+        )
+    return RefundOutcome(result, str(answer.body.get("status")))
+
+
 def _refund_outcome(answer: _Answer, request: RefundRequest) -> RefundOutcome:
+    """The answer to a refund request: a definite business error (a 4xx with a code that is
+    not about the request's own trouble) failed it; anything unclear is unknown."""
     if answer.status == 200:
-        result = _REFUND_STATUS.get(str(answer.body.get("status")))
-        if answer.body.get("out_refund_no") != request.refund_no:
-            return RefundOutcome(RefundResult.UNKNOWN, "the answer is about another refund")
-        if result is None:
-            return RefundOutcome(
-                RefundResult.UNKNOWN, f"unexpected refund status {answer.body.get('status')!r}"
-            )
-        return RefundOutcome(result, str(answer.body.get("status")))
+        return _refund_found(answer, request)
     if (
         400 <= answer.status < 500
         and answer.status not in (401, 429)
