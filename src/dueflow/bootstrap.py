@@ -41,6 +41,7 @@ def build_notifier(settings: Settings) -> Notifier:
             url=settings.notifier_url,
             secret=settings.notifier_secret,
             timeout=settings.notifier_timeout.total_seconds(),
+            max_deliveries=settings.notifier_max_deliveries,
         )
     return LogNotifier()
 

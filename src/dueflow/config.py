@@ -93,6 +93,8 @@ class Settings(BaseSettings):
     notifier_url: str | None = None
     notifier_secret: str = ""
     notifier_timeout: Duration = timedelta(seconds=5)
+    #: Sends of one reminder that may each have reached the receiver (no answer) before giving up.
+    notifier_max_deliveries: int = Field(default=3, ge=1, le=20)
 
     @field_validator("lease", "max_idle", "scan_interval")
     @classmethod

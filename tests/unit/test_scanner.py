@@ -12,7 +12,8 @@ from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import BackendUnavailable
 from dueflow.service import orders as order_service
 from dueflow.service.deps import Deps
-from dueflow.service.timeouts import HANDLERS, pay_reminder
+from dueflow.service.reminders import pay_reminder
+from dueflow.service.timeouts import HANDLERS
 from dueflow.store import timers
 from dueflow.store.schema import order_events, orders
 from dueflow.store.schema import timers as t_timers

@@ -24,12 +24,19 @@ class Reminder:
 class Notifier(ABC):
     """Delivers reminders."""
 
+    #: How many sends of one reminder may reach the receiver when no answer confirms any of
+    #: them (each may have delivered it; receivers drop repeats by ``reminder_id``).
+    max_deliveries: int = 3
+
     @abstractmethod
     async def send(self, reminder: Reminder) -> None:
-        """Deliver ``reminder``.
+        """Deliver ``reminder``, at most once per call: a send whose outcome is unknown is not
+        repeated here.
 
         Raises:
-            BackendUnavailable: it could not be delivered (the timer retries later).
+            DeliveryUnknown: it was sent and not answered; it may have been delivered (the
+                caller counts it and resends later, up to ``max_deliveries`` sends in all).
+            BackendUnavailable: it was not delivered (the timer retries later).
         """
 
     async def close(self) -> None:  # noqa: B027 - optional hook

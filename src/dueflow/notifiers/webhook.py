@@ -1,7 +1,8 @@
 """The ``webhook`` notifier: POSTs each reminder as JSON, signed with HMAC-SHA256.
 
 Headers: ``X-Dueflow-Timestamp`` (unix seconds), ``X-Dueflow-Delivery`` (the reminder id, the
-same on every retry) and ``X-Dueflow-Signature: sha256=<hex>`` over ``timestamp + "." + body``.
+same on every retry and every resend: receivers drop repeats by it) and
+``X-Dueflow-Signature: sha256=<hex>`` over ``timestamp + "." + body``.
 """
 
 from __future__ import annotations
@@ -14,10 +15,20 @@ import time
 
 import httpx
 
-from dueflow.exceptions import BackendUnavailable
+from dueflow.exceptions import BackendUnavailable, DeliveryUnknown
 from dueflow.notifiers.base import Notifier, Reminder
 
 RETRY_DELAYS = (0.2, 1.0)
+#: Errors raised before a whole request left: the receiver cannot have taken it, so it is safe
+#: to send again. Every other transport error (a read timeout, a connection dropped while
+#: waiting for the answer) may come after the receiver took the reminder.
+NOT_SENT = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
+)
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -42,28 +53,33 @@ def payload(reminder: Reminder) -> bytes:
 
 
 class WebhookNotifier(Notifier):
-    """POSTs reminders to ``url``; retries transport errors and 5xx, gives up on 4xx."""
+    """POSTs reminders to ``url``. Retries what provably did not deliver (connection refused,
+    5xx), gives up on 4xx, and never repeats a request that may have reached the receiver (a
+    timeout or a dropped connection after sending): that raises :class:`DeliveryUnknown`."""
 
-    def __init__(self, *, url: str, secret: str, timeout: float = 5.0) -> None:
+    def __init__(
+        self, *, url: str, secret: str, timeout: float = 5.0, max_deliveries: int = 3
+    ) -> None:
         self.url = url
         self.secret = secret
+        self.max_deliveries = max_deliveries
         self._client = httpx.AsyncClient(timeout=timeout)
 
     async def send(self, reminder: Reminder) -> None:
         body = payload(reminder)
         last = ""
         for delay in (*RETRY_DELAYS, None):
-            timestamp = str(int(time.time()))
-            headers = {
-                "Content-Type": "application/json",
-                "X-Dueflow-Timestamp": timestamp,
-                "X-Dueflow-Delivery": str(reminder.reminder_id),
-                "X-Dueflow-Signature": sign(self.secret, timestamp, body),
-            }
             try:
-                response = await self._client.post(self.url, content=body, headers=headers)
-            except httpx.HTTPError as exc:
+                response = await self._client.post(
+                    self.url, content=body, headers=self._headers(reminder, body)
+                )
+            except NOT_SENT as exc:
                 last = f"{type(exc).__name__}: {exc}"
+            except httpx.HTTPError as exc:
+                raise DeliveryUnknown(
+                    f"webhook {self.url}: reminder {reminder.reminder_id} sent, outcome unknown: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
             else:
                 if response.status_code < 300:
                     return
@@ -75,6 +91,15 @@ class WebhookNotifier(Notifier):
         raise BackendUnavailable(
             f"webhook {self.url} refused reminder {reminder.reminder_id}: {last}"
         )
+
+    def _headers(self, reminder: Reminder, body: bytes) -> dict[str, str]:
+        timestamp = str(int(time.time()))
+        return {
+            "Content-Type": "application/json",
+            "X-Dueflow-Timestamp": timestamp,
+            "X-Dueflow-Delivery": str(reminder.reminder_id),
+            "X-Dueflow-Signature": sign(self.secret, timestamp, body),
+        }
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -10,8 +10,8 @@ from sqlalchemy import and_, func, select
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.domain.timers import TimerState
 from dueflow.service.deps import Deps
-from dueflow.store import orders, payments, timers
-from dueflow.store.schema import goods, reminders, reviews
+from dueflow.store import aftersale, orders, payments, timers
+from dueflow.store.schema import goods, reviews
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import timers as t_timers
 
@@ -89,12 +89,9 @@ async def check_invariants(deps: Deps, *, tolerance_seconds: float = 5.0) -> Inv
         for status, column in _DEADLINES.items():
             query = select(t_orders.c.id).where(t_orders.c.status == status.value, column < late)
             result.past_deadline += list((await conn.execute(query)).scalars())
-        twice = (
-            select(reminders.c.order_id)
-            .group_by(reminders.c.order_id, reminders.c.kind)
-            .having(func.count() > 1)
-        )
-        result.reminders_twice = list((await conn.execute(twice)).scalars())
+        # Deliveries, not rows: one row per reminder is a unique key, but one row can be sent
+        # more than once (a lease lost mid-batch, a resend after an unanswered send).
+        result.reminders_twice = await aftersale.delivered_twice(conn)
         twice = (
             select(reviews.c.order_id)
             .group_by(reviews.c.order_id, reviews.c.role)

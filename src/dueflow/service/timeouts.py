@@ -19,12 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import PaymentMismatch
-from dueflow.notifiers.base import Reminder
 from dueflow.payments.base import CloseResult, VerifiedPayment
-from dueflow.service import lifecycle, refunds
+from dueflow.service import closing, lifecycle, refunds, reminders
 from dueflow.service import payments as payment_service
 from dueflow.service.deps import Deps
-from dueflow.store import aftersale, orders, timers
+from dueflow.store import orders, timers
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.timers import Claimed
 
@@ -65,11 +64,25 @@ async def _settle(
 async def cancel_unpaid(deps: Deps, batch: Sequence[Claimed]) -> None:
     """Cancel unpaid orders at their pay deadline, after closing their trades at the provider.
 
-    Paid trades are confirmed instead; unknown answers retry the timer with backoff.
+    Orders without a trade are cancelled at once, alongside (never behind) the closes of the
+    others, so a provider that hangs delays only its own orders. Paid trades are confirmed
+    instead; unknown answers retry the timer with backoff.
     """
     now = deps.clock.now()
-    order_ids = [t.order_id for t in batch]
-    attempts = await payment_service.open_attempts(deps, order_ids, now)
+    attempts = await payment_service.open_attempts(deps, [t.order_id for t in batch], now)
+    trading = {row.order_id for row in attempts}
+    plain = [t for t in batch if t.order_id not in trading]
+    closing = [t for t in batch if t.order_id in trading]
+    parts = [_cancel_or_retry(deps, plain, [], {}, set(), {}, now)] if plain else []
+    if closing:
+        parts.append(_close_then_cancel(deps, closing, attempts, now))
+    await asyncio.gather(*parts)
+
+
+async def _close_then_cancel(
+    deps: Deps, batch: Sequence[Claimed], attempts: Sequence[Row[Any]], now: datetime
+) -> None:
+    """Close-or-query the batch's trades, confirm those found paid, cancel the rest."""
     closing = await payment_service.close_attempts(deps, attempts, now)
     unknown = {oid: o.reason for oid, o in closing.items() if o.result is CloseResult.UNKNOWN}
     paid: set[int] = set()
@@ -84,6 +97,21 @@ async def cancel_unpaid(deps: Deps, batch: Sequence[Claimed]) -> None:
             except Exception as exc:
                 log.exception("confirming payment found at close failed for order %s", order_id)
                 unknown[order_id] = f"confirming the paid trade failed: {exc}"
+    # The provider may have taken seconds: the cancel records the time it happens.
+    await _cancel_or_retry(deps, batch, attempts, unknown, paid, mismatched, deps.clock.now())
+
+
+async def _cancel_or_retry(
+    deps: Deps,
+    batch: Sequence[Claimed],
+    attempts: Sequence[Row[Any]],
+    unknown: dict[int, str],
+    paid: set[int],
+    mismatched: Mapping[int, tuple[VerifiedPayment, str]],
+    now: datetime,
+) -> None:
+    """In one transaction: cancel what may be cancelled, finish the timers, retry the unknown."""
+    order_ids = [t.order_id for t in batch]
     cancellable = [oid for oid in order_ids if oid not in unknown and oid not in paid]
     async with deps.db.write() as conn:
         for order_id in await payment_service.opened_since(conn, cancellable, attempts):
@@ -186,83 +214,6 @@ async def auto_review(deps: Deps, batch: Sequence[Claimed]) -> None:
         )
 
 
-async def pay_reminder(deps: Deps, batch: Sequence[Claimed]) -> None:
-    """Remind buyers of unpaid orders, once per order: a reminder row is claimed by one handler
-    with a lease before it is sent, and recorded sent as soon as the send returns."""
-    now = deps.clock.now()
-    kind = TimerKind.PAY_REMINDER.value
-    token = timers.new_token()
-    async with deps.db.write() as conn:
-        current = {r.id: r for r in await orders.many(conn, [t.order_id for t in batch])}
-        live = [
-            oid
-            for oid, r in current.items()
-            if r.status == S.PENDING_PAYMENT.value and r.pay_deadline > now
-        ]
-        mine = {
-            r.order_id: r
-            for r in await aftersale.claim_reminders(
-                conn, live, kind=kind, now=now, lease=deps.lease, token=token
-            )
-        }
-        states = await aftersale.reminder_states(conn, live, kind=kind)
-        finished: dict[int, str] = {}
-        elsewhere: list[Claimed] = []
-        for timer in batch:
-            order = current.get(timer.order_id)
-            if timer.order_id in mine:
-                continue
-            if timer.order_id not in live:
-                finished[timer.id] = f"skipped: order is {order.status if order else 'missing'}"
-            elif states.get(timer.order_id) == aftersale.REMINDER_SENT:
-                finished[timer.id] = "already sent"
-            else:
-                elsewhere.append(timer)  # another handler is sending it right now
-        await _finish_by_token(conn, batch, finished, now)
-        if elsewhere:
-            await timers.retry(conn, elsewhere, error="being sent by another worker", now=now)
-    await _send_all(deps, [t for t in batch if t.order_id in mine], mine, current, token)
-
-
-async def _send_all(
-    deps: Deps,
-    batch: Sequence[Claimed],
-    mine: Mapping[int, Row[Any]],
-    current: Mapping[int, Row[Any]],
-    token: str,
-) -> None:
-    limit = asyncio.Semaphore(deps.provider_concurrency)
-
-    async def one(timer: Claimed) -> None:
-        reminder, order = mine[timer.order_id], current[timer.order_id]
-        async with limit:
-            try:
-                await deps.notifier.send(
-                    Reminder(
-                        reminder_id=reminder.id,
-                        kind=reminder.kind,
-                        order_id=order.id,
-                        buyer_id=order.buyer_id,
-                        amount=order.amount,
-                        pay_deadline=order.pay_deadline,
-                    )
-                )
-                error = None
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-        now = deps.clock.now()
-        async with deps.db.write() as conn:
-            await aftersale.settle_reminder(
-                conn, reminder.id, token=token, sent=error is None, now=now
-            )
-            if error is None:
-                await timers.finish(conn, {timer.id: "sent"}, token=timer.token, now=now)
-            else:
-                await timers.retry(conn, [timer], error=error[:500], now=now)
-
-    await asyncio.gather(*(one(timer) for timer in batch))
-
-
 async def _finish_by_token(
     conn: AsyncConnection, batch: Sequence[Claimed], outcomes: Mapping[int, str], now: datetime
 ) -> None:
@@ -273,10 +224,11 @@ async def _finish_by_token(
 
 
 HANDLERS: Mapping[TimerKind, Handler] = {
-    TimerKind.PAY_REMINDER: pay_reminder,
+    TimerKind.PAY_REMINDER: reminders.pay_reminder,
     TimerKind.CANCEL_UNPAID: cancel_unpaid,
     TimerKind.CANCEL_UNSHIPPED: cancel_unshipped,
     TimerKind.CONFIRM_RECEIPT: confirm_receipt,
     TimerKind.AUTO_REVIEW: auto_review,
     TimerKind.REFUND_CHECK: refunds.check_refunds,
+    TimerKind.CLOSE_ATTEMPTS: closing.close_leftover_attempts,
 }

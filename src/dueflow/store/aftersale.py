@@ -6,14 +6,16 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, and_, insert, or_, select, update
+from sqlalchemy import Column, Row, and_, case, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store.schema import reminders, reviews
+from dueflow.store.schema import orders, reminders, reviews
 
 REMINDER_PENDING = "pending"
 REMINDER_SENDING = "sending"
 REMINDER_SENT = "sent"
+#: Sent, never confirmed, and no more sends (out of sends, or its order moved on).
+REMINDER_UNKNOWN = "unknown"
 
 
 async def claim_reminders(
@@ -67,15 +69,71 @@ async def reminder_states(
     return {order_id: state for order_id, state in (await conn.execute(query)).all()}
 
 
+async def renew_reminder(
+    conn: AsyncConnection,
+    reminder_id: int,
+    *,
+    token: str,
+    now: datetime,
+    lease: timedelta,
+    max_deliveries: int,
+    order_status: str,
+    deadline: Column[Any],
+) -> bool:
+    """Right before a send: count the delivery and extend the claim's lease, if the reminder may
+    still go out. That is: the claim is still ours (nobody took it after our lease ran out), it
+    has sends left, and its order is still ``order_status`` with ``deadline`` ahead. One
+    statement; returns whether to send."""
+    order_waits = (
+        select(orders.c.id)
+        .where(orders.c.id == reminders.c.order_id, orders.c.status == order_status, deadline > now)
+        .exists()
+    )
+    result = await conn.execute(
+        update(reminders)
+        .where(
+            reminders.c.id == reminder_id,
+            reminders.c.claim_token == token,
+            reminders.c.state == REMINDER_SENDING,
+            reminders.c.deliveries < max_deliveries,
+            order_waits,
+        )
+        .values(deliveries=reminders.c.deliveries + 1, lease_until=now + lease)
+    )
+    return result.rowcount == 1
+
+
 async def settle_reminder(
     conn: AsyncConnection, reminder_id: int, *, token: str, sent: bool, now: datetime
 ) -> bool:
-    """Record that a claimed reminder was sent, or give it back to be sent later."""
+    """Record that a claimed reminder was sent, or give it back to be sent later; a send given
+    back provably did not deliver it, so it is not counted."""
     values: dict[str, Any] = (
         {"state": REMINDER_SENT, "sent_at": now, "lease_until": None}
         if sent
-        else {"state": REMINDER_PENDING, "claim_token": None, "lease_until": None}
+        else {
+            "state": REMINDER_PENDING,
+            "claim_token": None,
+            "lease_until": None,
+            "deliveries": case((reminders.c.deliveries > 0, reminders.c.deliveries - 1), else_=0),
+        }
     )
+    return await _settle(conn, reminder_id, token, values)
+
+
+async def record_unknown(
+    conn: AsyncConnection, reminder_id: int, *, token: str, give_up: bool
+) -> bool:
+    """Record a send whose outcome is unknown (it stays counted): the reminder is given back to
+    be sent again later, or, with ``give_up``, never sent again."""
+    state = REMINDER_UNKNOWN if give_up else REMINDER_PENDING
+    values = {"state": state, "claim_token": None, "lease_until": None}
+    return await _settle(conn, reminder_id, token, values)
+
+
+async def _settle(
+    conn: AsyncConnection, reminder_id: int, token: str, values: dict[str, Any]
+) -> bool:
     result = await conn.execute(
         update(reminders)
         .where(
@@ -86,6 +144,47 @@ async def settle_reminder(
         .values(**values)
     )
     return result.rowcount == 1
+
+
+async def give_up_reminders(
+    conn: AsyncConnection, order_ids: Sequence[int], *, kind: str, now: datetime
+) -> int:
+    """The reminders of orders that moved on which may have been delivered (sent without an
+    answer) and wait to be sent again: never sent again, their outcome unknown."""
+    if not order_ids:
+        return 0
+    waiting = or_(
+        reminders.c.state == REMINDER_PENDING,
+        and_(reminders.c.state == REMINDER_SENDING, reminders.c.lease_until <= now),
+    )
+    result = await conn.execute(
+        update(reminders)
+        .where(
+            reminders.c.order_id.in_(order_ids),
+            reminders.c.kind == kind,
+            reminders.c.deliveries > 0,
+            waiting,
+        )
+        .values(state=REMINDER_UNKNOWN, claim_token=None, lease_until=None)
+    )
+    return int(result.rowcount)
+
+
+async def reminder(conn: AsyncConnection, reminder_id: int) -> Row[Any] | None:
+    """One reminder row."""
+    query = select(reminders).where(reminders.c.id == reminder_id)
+    return (await conn.execute(query)).first()
+
+
+async def delivered_twice(conn: AsyncConnection) -> list[int]:
+    """The orders with a reminder that may have reached its receiver more than once."""
+    query = (
+        select(reminders.c.order_id)
+        .where(reminders.c.deliveries > 1)
+        .distinct()
+        .order_by(reminders.c.order_id)
+    )
+    return list((await conn.execute(query)).scalars())
 
 
 async def reviewed_roles(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int, set[str]]:

@@ -172,12 +172,16 @@ reminders = Table(
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
     Column("kind", String(32), nullable=False),
-    # pending | sending (claimed by one handler until lease_until) | sent
+    # pending | sending (claimed by one handler until lease_until) | sent | unknown (sent, no
+    # answer ever confirmed it, and no more sends: out of sends or the order moved on)
     Column("state", String(16), nullable=False),
     Column("claim_token", String(32)),
     Column("lease_until", UTCDateTime),
     Column("created_at", UTCDateTime, nullable=False),
     Column("sent_at", UTCDateTime),
+    # Sends that may have reached the receiver: counted before each send, uncounted when the
+    # send provably did not deliver (refused, or answered with an error).
+    Column("deliveries", Integer, nullable=False, default=0, server_default=text("0")),
     UniqueConstraint("order_id", "kind"),
 )
 
