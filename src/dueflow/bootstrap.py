@@ -14,7 +14,8 @@ import httpx
 from dueflow.clock import Clock, DatabaseClock, SystemClock
 from dueflow.config import Settings
 from dueflow.exceptions import ConfigError
-from dueflow.locks import Locks, NoLocks, RedisLocks
+from dueflow.locks import Bypasses, Locks, NoLocks, RedisLocks
+from dueflow.metrics import Metrics
 from dueflow.notifiers.base import Notifier
 from dueflow.notifiers.log import LogNotifier
 from dueflow.notifiers.webhook import WebhookNotifier
@@ -109,15 +110,19 @@ def build_providers(
     return Providers(providers)
 
 
-def build_locks(settings: Settings) -> Locks:
+def build_locks(settings: Settings, *, metrics: Metrics | None = None) -> Locks:
     """Redis locks when the trigger is Redis (or DUEFLOW_LOCKS_URL says where); otherwise the
-    database's conditional updates and row locks decide alone."""
+    database's conditional updates and row locks decide alone. Locks skipped while Redis is
+    unreachable are counted in ``metrics``."""
     url = settings.locks_url or (
         settings.trigger_url if settings.trigger_url.startswith(("redis://", "rediss://")) else None
     )
     if url is None:
         return NoLocks()
-    return RedisLocks.from_url(url.split("?", 1)[0])
+    counter = metrics.lock_bypassed if metrics is not None else None
+    return RedisLocks.from_url(
+        url.split("?", 1)[0], wait=settings.lock_wait, bypasses=Bypasses(counter)
+    )
 
 
 def build(
@@ -136,6 +141,7 @@ def build(
             if servertime.has_clock(db)
             else SystemClock()
         )
+    metrics = Metrics()
     return Deps(
         db=db,
         clock=clock,
@@ -143,7 +149,8 @@ def build(
         providers=build_providers(settings, client=http, clock=clock),
         notifier=notifier or build_notifier(settings),
         trigger=registry.from_url(settings.trigger_url, clock=clock),
-        locks=build_locks(settings),
+        locks=build_locks(settings, metrics=metrics),
+        metrics=metrics,
         lock_ttl=settings.lock_ttl,
         batch_size=settings.batch_size,
         max_batch_size=settings.max_batch_size,

@@ -47,6 +47,7 @@ class Settings(BaseSettings):
     trigger_url: str = "db"
     locks_url: str | None = None
     lock_ttl: Duration = timedelta(seconds=10)
+    lock_wait: Duration = Field(default=timedelta(seconds=2), le=timedelta(seconds=4))
     profile: Literal["dev", "prod"] = "prod"
 
     reminder_after: OptionalDuration = None

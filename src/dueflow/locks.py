@@ -1,7 +1,7 @@
 """Short-lived named locks: a port with a Redis adapter and a no-op one.
 
-Where they go: around the use cases where many callers contend for one thing, to turn a
-pile-up into a quick :class:`~dueflow.exceptions.Busy` ("try again") before any database work:
+Where they go: around the use cases where many callers contend for one thing, so that they
+take turns before any database work instead of piling up on the database's row locks:
 
 * ``place_order``: ``held(locks, f"goods:{goods_id}", ttl)`` while the goods are being held for
   a new order (many buyers clicking "buy" on one item);
@@ -9,24 +9,38 @@ pile-up into a quick :class:`~dueflow.exceptions.Busy` ("try again") before any 
   the payment is recorded and the order moves on (a notification racing the pay-timeout timer
   or a duplicate notification).
 
+:func:`held` waits briefly (``wait``, a couple of seconds) for a key someone else holds, since
+holders finish in milliseconds: three copies of one notification then take turns and the later
+ones find the payment applied. Only a key held for the whole wait answers
+:class:`~dueflow.exceptions.Busy` ("try again").
+
 A lock is only an optimisation, never the guard: the database's conditional updates and row
 locks decide every race, so an expired lock (a TTL shorter than the work) or no lock at all
-(:class:`NoLocks`, used when there is no Redis) can never cause a double effect. Keep TTLs a
-few seconds: a crashed holder frees the lock when its TTL runs out.
+(:class:`NoLocks`, used when there is no Redis) can never cause a double effect. Hence a lock
+store that cannot be reached never refuses anyone either: :func:`held` runs the block without
+the lock, counted and logged by :class:`Bypasses`, and the Redis client reconnects by itself
+(one retry on a fresh connection after a restart, a health check on idle connections). Keep
+TTLs a few seconds: a crashed holder frees the lock when its TTL runs out.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
 import redis.asyncio as aioredis
+from prometheus_client import Counter
 from redis.asyncio.client import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from dueflow.exceptions import BackendUnavailable, Busy, ConfigError
@@ -42,10 +56,63 @@ return 0
 """
 REDIS_ERRORS = (RedisError, OSError)
 
+#: How long :func:`held` waits for a key someone else holds (Redis locks; DUEFLOW_LOCK_WAIT).
+DEFAULT_WAIT = timedelta(seconds=2)
+#: The pause between tries while waiting starts short (most holders are done within a few
+#: milliseconds) and doubles up to the longest, in seconds.
+FIRST_STEP = 0.005
+LONGEST_STEP = 0.05
+#: After Redis could not be reached, locks are skipped without asking it for this long, so an
+#: outage costs at most one connect timeout per this interval, not one per request.
+RECHECK_AFTER = timedelta(seconds=1)
+#: An outage is logged when it starts, then at most this often.
+LOG_EVERY = timedelta(minutes=1)
+
 
 def new_token() -> str:
     """A fresh owner token."""
     return secrets.token_hex(16)
+
+
+class Bypasses:
+    """The blocks :func:`held` ran without their lock because the lock store was unreachable.
+
+    Each is counted (``counter``: dueflow_lock_bypassed_total); the outage is logged when it
+    starts, then at most once per ``log_every`` with how many went ahead meanwhile (a flood of
+    one line per request would hide everything else), and once more when locks are taken again.
+    """
+
+    def __init__(self, counter: Counter | None = None, *, log_every: timedelta = LOG_EVERY) -> None:
+        self.counter = counter
+        self.log_every = log_every.total_seconds()
+        self.count = 0
+        self._unlogged = 0
+        self._logged_at: float | None = None
+        self._reported = False
+
+    def went_ahead(self, key: str, error: BackendUnavailable) -> None:
+        """The block for ``key`` runs without its lock."""
+        self.count += 1
+        self._unlogged += 1
+        if self.counter is not None:
+            self.counter.inc()
+        now = time.monotonic()
+        if self._logged_at is not None and now - self._logged_at < self.log_every:
+            return
+        log.warning(
+            "locks unreachable (%s): %d blocks went ahead without their lock, the latest %s; "
+            "the database's guarded updates decide alone",
+            error.message,
+            self._unlogged,
+            key,
+        )
+        self._logged_at, self._unlogged, self._reported = now, 0, True
+
+    def reachable(self) -> None:
+        """A lock was taken again: say so when the outage was reported."""
+        if self._reported:
+            log.warning("locks reachable again (%d more went ahead unlocked)", self._unlogged)
+            self._reported, self._unlogged = False, 0
 
 
 class Locks(ABC):
@@ -54,6 +121,12 @@ class Locks(ABC):
     #: Whether holding a key keeps other holders out. When it does not, a caller may skip work
     #: whose only use is finding the key (a lookup before the lock).
     excludes: bool = True
+    #: How long :func:`held` waits for a key someone else holds before Busy.
+    wait: timedelta = timedelta(0)
+    #: Counts and logs the blocks :func:`held` ran without their lock. An adapter that can be
+    #: unreachable gives each instance its own (with the Prometheus counter); this shared one
+    #: only serves adapters that never are.
+    bypasses: Bypasses = Bypasses()
 
     @abstractmethod
     async def acquire(self, key: str, ttl: timedelta) -> str | None:
@@ -75,17 +148,46 @@ class Locks(ABC):
         """Release connections."""
 
 
-@asynccontextmanager
-async def held(locks: Locks, key: str, ttl: timedelta) -> AsyncIterator[str]:
-    """Hold ``key`` for the block; yields the owner token.
+async def acquire_within(locks: Locks, key: str, ttl: timedelta) -> str:
+    """Take ``key``, trying again in short, growing steps for up to ``locks.wait``.
+
+    The wait is measured in real (monotonic) time, not by the service clock: it is about
+    another holder's work in progress, which runs in real time whatever the clock says.
 
     Raises:
-        Busy: someone else holds it; try again.
+        Busy: someone else held it for the whole wait.
         BackendUnavailable: the lock store cannot be reached.
     """
-    token = await locks.acquire(key, ttl)
+    give_up = time.monotonic() + locks.wait.total_seconds()
+    step = FIRST_STEP
+    while (token := await locks.acquire(key, ttl)) is None:
+        left = give_up - time.monotonic()
+        if left <= 0:
+            raise Busy(f"{key} is busy; try again")
+        await asyncio.sleep(min(step, left))
+        step = min(step * 2, LONGEST_STEP)
+    return token
+
+
+@asynccontextmanager
+async def held(locks: Locks, key: str, ttl: timedelta) -> AsyncIterator[str | None]:
+    """Hold ``key`` for the block, waiting up to ``locks.wait`` for it; yields the owner token,
+    or None when the lock store is unreachable and the block runs without the lock (the
+    database's guarded updates decide alone; counted and logged by ``locks.bypasses``).
+
+    Raises:
+        Busy: someone else held it for the whole wait; try again.
+    """
+    try:
+        token: str | None = await acquire_within(locks, key, ttl)
+    except BackendUnavailable as exc:
+        locks.bypasses.went_ahead(key, exc)
+        token = None
+    else:
+        locks.bypasses.reachable()
     if token is None:
-        raise Busy(f"{key} is busy; try again")
+        yield None
+        return
     try:
         yield token
     finally:
@@ -110,38 +212,74 @@ class NoLocks(Locks):
 
 
 class RedisLocks(Locks):
-    """``SET key token NX PX ttl``; released by a compare-and-delete script."""
+    """``SET key token NX PX ttl``; released by a compare-and-delete script.
+
+    The client gives up quickly (a lock is one short round trip; a Redis that does not answer
+    within a second is treated as away) and retries a command once on a fresh connection when
+    the pooled one was broken (Redis restarted since it was last used). After a failure,
+    acquiring answers BackendUnavailable at once for :data:`RECHECK_AFTER`.
+    """
 
     def __init__(
-        self, *, url: str = "redis://localhost:6379/0", prefix: str = "dueflow:lock"
+        self,
+        *,
+        url: str = "redis://localhost:6379/0",
+        prefix: str = "dueflow:lock",
+        wait: timedelta = DEFAULT_WAIT,
+        bypasses: Bypasses | None = None,
     ) -> None:
         if not prefix:
             raise ConfigError("redis locks: prefix must not be empty")
         self.url = url
+        self.wait = wait
+        self.bypasses = bypasses or Bypasses()
         self.prefix = prefix
         self._client: Redis | None = None
         self._release: AsyncScript | None = None
+        self._away_until = 0.0
 
     @classmethod
-    def from_url(cls, url: str, *, prefix: str = "dueflow:lock") -> RedisLocks:
-        return cls(url=url, prefix=prefix)
+    def from_url(
+        cls,
+        url: str,
+        *,
+        prefix: str = "dueflow:lock",
+        wait: timedelta = DEFAULT_WAIT,
+        bypasses: Bypasses | None = None,
+    ) -> RedisLocks:
+        return cls(url=url, prefix=prefix, wait=wait, bypasses=bypasses)
 
     def _redis(self) -> Redis:
         """The client, made on first use inside the running loop."""
         if self._client is None:
-            self._client = aioredis.Redis.from_url(self.url)
+            self._client = aioredis.Redis.from_url(
+                self.url,
+                socket_connect_timeout=0.5,
+                socket_timeout=1.0,
+                # A URL-built client retries nothing unless told: without this, the first
+                # command after a Redis restart fails on the dead pooled connection. Only a
+                # broken connection is retried (a timed-out SET NX may have been applied).
+                retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), 1, (RedisConnectionError,)),
+                health_check_interval=30,
+            )
         return self._client
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}:{key}"
 
+    def _unreachable(self, doing: str, exc: Exception) -> BackendUnavailable:
+        self._away_until = time.monotonic() + RECHECK_AFTER.total_seconds()
+        return BackendUnavailable(f"redis locks cannot {doing}: {exc}")
+
     async def acquire(self, key: str, ttl: timedelta) -> str | None:
+        if time.monotonic() < self._away_until:
+            raise BackendUnavailable("redis locks were unreachable a moment ago")
         ms = max(1, int(ttl / timedelta(milliseconds=1)))
         token = new_token()
         try:
             taken = await self._redis().set(self._key(key), token, nx=True, px=ms)
         except REDIS_ERRORS as exc:
-            raise BackendUnavailable(f"redis locks cannot acquire {key}: {exc}") from exc
+            raise self._unreachable(f"acquire {key}", exc) from exc
         return token if taken else None
 
     async def release(self, key: str, token: str) -> bool:
@@ -150,7 +288,7 @@ class RedisLocks(Locks):
         try:
             deleted = await self._release(keys=[self._key(key)], args=[token])
         except REDIS_ERRORS as exc:
-            raise BackendUnavailable(f"redis locks cannot release {key}: {exc}") from exc
+            raise self._unreachable(f"release {key}", exc) from exc
         return bool(deleted)
 
     async def close(self) -> None:

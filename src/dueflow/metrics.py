@@ -11,7 +11,8 @@ LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900)
 
 
 class Metrics:
-    """What operators watch: timer lateness and outcomes, notifications, alarms, HTTP latency."""
+    """What operators watch: timer lateness and outcomes, notifications, alarms, HTTP latency,
+    locks skipped."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -48,6 +49,11 @@ class Metrics:
         self.discrepancies = Gauge("dueflow_discrepancies", "Recorded discrepancies.", registry=r)
         self.refunds = Gauge("dueflow_refunds", "Refunds by state.", ["state"], registry=r)
         self.orders = Gauge("dueflow_orders", "Orders by status.", ["status"], registry=r)
+        self.lock_bypassed = Counter(
+            "dueflow_lock_bypassed",
+            "Goods and order locks skipped because Redis was unreachable (the database decided).",
+            registry=r,
+        )
 
     def claimed(self, kind: str, deadlines: Sequence[tuple[datetime, int]], now: datetime) -> None:
         """A worker took timers of ``kind``: (deadline, attempts) each."""

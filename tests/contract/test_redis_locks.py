@@ -3,15 +3,33 @@ deleted afterwards). TTL expiry is forced with PEXPIREAT in the past, never slep
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import json
+import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 
+import httpx
 import pytest
+import redis
 import redis.asyncio as aioredis
 
-from dueflow.exceptions import BackendUnavailable, Busy
-from dueflow.locks import NoLocks, RedisLocks, held
+from dueflow import bootstrap
+from dueflow.api.app import create_app as dueflow_app
+from dueflow.clock import FakeClock
+from dueflow.config import load_settings
+from dueflow.exceptions import BackendUnavailable, Busy, InvalidTransition
+from dueflow.locks import Bypasses, NoLocks, RedisLocks, held
+from dueflow.payments.simulator import SimulatorConfig
+from dueflow.payments.simulator.app import create_app as simulator_app
+from dueflow.payments.wechatpay import signing as wechat_signing
+from dueflow.service import accounts, orders, payments
+from tests.conftest import START, eventually
 from tests.contract.conftest import REDIS_URL
+from tests.unit.payments.test_payment_flow import Forward, Market
 
 pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("redis_available")]
 
@@ -20,7 +38,7 @@ TTL = timedelta(seconds=30)
 
 @pytest.fixture
 async def locks(prefix: str, r: aioredis.Redis) -> AsyncIterator[RedisLocks]:
-    made = RedisLocks.from_url(REDIS_URL, prefix=prefix)
+    made = RedisLocks.from_url(REDIS_URL, prefix=prefix, wait=timedelta(milliseconds=50))
     try:
         yield made
     finally:
@@ -110,16 +128,27 @@ async def test_no_locks_always_acquires() -> None:
     await locks.close()
 
 
-async def test_redis_down_is_backend_unavailable() -> None:
-    down = RedisLocks.from_url("redis://127.0.0.1:1/0")
+async def test_redis_down_is_backend_unavailable_and_held_goes_ahead_unlocked() -> None:
+    """The port says the store is down; ``held`` runs the block without the lock (the
+    database decides), counts it, and skips Redis for a moment instead of asking per call."""
+    from prometheus_client import CollectorRegistry, Counter
+
+    registry = CollectorRegistry()
+    counter = Counter("bypassed", "test", registry=registry)
+    down = RedisLocks.from_url("redis://127.0.0.1:1/0", bypasses=Bypasses(counter))
     try:
         with pytest.raises(BackendUnavailable):
             await down.acquire("goods:1", TTL)
         with pytest.raises(BackendUnavailable):
             await down.release("goods:1", "token")
-        with pytest.raises(BackendUnavailable):
-            async with held(down, "goods:1", TTL):
-                pytest.fail("entered a lock that was never taken")
+        entered = []
+        async with held(down, "goods:1", TTL) as token:
+            entered.append(token)
+        assert entered == [None]
+        assert down.bypasses.count == 1
+        assert registry.get_sample_value("bypassed_total") == 1
+        with pytest.raises(BackendUnavailable, match="a moment ago"):
+            await down.acquire("goods:1", TTL)
     finally:
         await down.close()
 
@@ -165,3 +194,266 @@ def test_locks_follow_the_trigger_url(monkeypatch):
     assert isinstance(redis_locks, RedisLocks)
     separate = build_locks(load_settings(locks_url="redis://127.0.0.1:6379/14"))
     assert isinstance(separate, RedisLocks)
+    assert separate.wait == timedelta(seconds=2)
+
+
+def test_bootstrap_gives_the_locks_their_wait_and_the_bypass_counter():
+    from dueflow.bootstrap import build_locks
+    from dueflow.config import load_settings
+    from dueflow.metrics import Metrics
+
+    metrics = Metrics()
+    settings = load_settings(locks_url="redis://127.0.0.1:6379/14", lock_wait="300ms")
+    locks = build_locks(settings, metrics=metrics)
+    assert isinstance(locks, RedisLocks)
+    assert locks.wait == timedelta(milliseconds=300)
+    assert locks.bypasses.counter is metrics.lock_bypassed
+    assert b"dueflow_lock_bypassed_total 0.0" in metrics.render()
+
+
+# --- waiting for a lock, end to end (issue 9, item 5) ------------------------------------------
+
+
+async def test_held_waits_briefly_for_a_lock_freed_meanwhile(prefix: str, r: aioredis.Redis):
+    """A lock let go within the wait is taken, not answered with Busy."""
+    other = RedisLocks.from_url(REDIS_URL, prefix=prefix)
+    locks = RedisLocks.from_url(REDIS_URL, prefix=prefix, wait=timedelta(seconds=2))
+    try:
+        token = await other.acquire("order:7", TTL)
+        assert token is not None
+
+        async def let_go_soon() -> None:
+            await asyncio.sleep(0.05)  # a holder doing its short database work
+            assert await other.release("order:7", token)
+
+        freeing = asyncio.create_task(let_go_soon())
+        async with held(locks, "order:7", TTL) as mine:
+            assert mine is not None and mine != token
+        await freeing
+    finally:
+        await other.close()
+        await locks.close()
+
+
+async def test_held_is_busy_once_the_wait_is_over(prefix: str, r: aioredis.Redis) -> None:
+    """The wait is bounded: a lock held throughout answers Busy after ``wait``, not later."""
+    other = RedisLocks.from_url(REDIS_URL, prefix=prefix)
+    waiting = RedisLocks.from_url(REDIS_URL, prefix=prefix, wait=timedelta(milliseconds=200))
+    try:
+        assert await other.acquire("order:7", TTL) is not None
+        started = time.monotonic()
+        with pytest.raises(Busy, match="order:7 is busy"):
+            async with held(waiting, "order:7", TTL):
+                pytest.fail("entered a held lock")
+        assert 0.2 <= time.monotonic() - started < 1.0
+    finally:
+        await other.close()
+        await waiting.close()
+
+
+class Gate(httpx.AsyncBaseTransport):
+    """The transport to the simulator, holding a request whose path ends with ``suffix`` until
+    the test opens the gate (a provider call in progress while something else happens)."""
+
+    def __init__(self, suffix: str) -> None:
+        self.inner: httpx.AsyncBaseTransport | None = None
+        self.suffix = suffix
+        self.reached = asyncio.Event()
+        self.opened = asyncio.Event()
+        self.opened.set()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        assert self.inner is not None
+        if request.url.path.endswith(self.suffix):
+            self.reached.set()
+            await self.opened.wait()
+        return await self.inner.handle_async_request(request)
+
+
+def lock_keys_cleared() -> None:
+    """Delete dueflow's lock keys in the test database (bootstrap uses the default prefix)."""
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        keys = list(client.scan_iter(match="dueflow:lock:*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@asynccontextmanager
+async def locked_market(
+    db_path: Path, locks_url: str, gate: Gate | None = None, **settings: object
+) -> AsyncIterator[Market]:
+    """The payment flow's market (dueflow and the simulator calling each other in one process),
+    with the Redis locks bootstrap builds from ``locks_url``."""
+    lock_keys_cleared()
+    clock = FakeClock(START)
+    forward = Forward()
+    config = SimulatorConfig.generate(clock=clock, transport=forward)
+    gate = gate or Gate("/never")
+    gate.inner = httpx.ASGITransport(app=simulator_app(config))
+    wired = load_settings(
+        database_url=f"sqlite:///{db_path}",
+        public_url="http://dueflow",
+        locks_url=locks_url,
+        **dataclasses.asdict(config.client_config("http://sim")),
+        **settings,
+    )
+    async with (
+        httpx.AsyncClient(transport=gate, base_url="http://sim") as http,
+        bootstrap.running(wired, clock=clock, http=http, migrate_sqlite=False) as deps,
+    ):
+        assert isinstance(deps.locks, RedisLocks)
+        app = dueflow_app(deps)
+        forward.app = app
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://dueflow"
+        ) as client:
+            seller, _ = await accounts.add_user(deps, "seller")
+            buyer, _ = await accounts.add_user(deps, "buyer")
+            yield Market(deps, clock, http, client, config, seller.id, buyer.id)
+    lock_keys_cleared()
+
+
+def wechat_paid(market: Market, pay_no: str, fen: int = 8800) -> tuple[bytes, dict[str, str]]:
+    """A signed WeChat Pay TRANSACTION.SUCCESS notification for ``pay_no``, as WeChat sends it."""
+    config = market.config
+    transaction = {
+        "appid": config.wechat_appid,
+        "mchid": config.wechat_mchid,
+        "out_trade_no": pay_no,
+        "transaction_id": "4200000001",
+        "trade_state": "SUCCESS",
+        "amount": {"total": fen, "payer_total": fen, "currency": "CNY"},
+    }
+    nonce = wechat_signing.new_nonce(12)
+    resource = wechat_signing.encrypt_resource(
+        config.wechat_api_v3_key, nonce, "transaction", json.dumps(transaction).encode()
+    )
+    body = json.dumps(
+        {
+            "id": f"EV-{pay_no}",
+            "event_type": "TRANSACTION.SUCCESS",
+            "resource_type": "encrypt-resource",
+            "resource": {
+                "original_type": "transaction",
+                "algorithm": "AEAD_AES_256_GCM",
+                "associated_data": "transaction",
+                "nonce": nonce,
+                "ciphertext": resource,
+            },
+        }
+    ).encode()
+    headers = wechat_signing.signed_headers(
+        body,
+        serial=config.wechat_public_key_id,
+        private_key=config.wechat_platform_key.private_key,
+        timestamp=int(market.clock.now().timestamp()),
+        nonce=wechat_signing.new_nonce(),
+    )
+    return body, {**headers, "Content-Type": "application/json"}
+
+
+async def pay_count(market: Market, order_id: int) -> int:
+    view = await orders.order_view(market.deps, order_id)
+    return [e["event"] for e in view["timeline"]].count("pay")
+
+
+async def test_three_copies_of_one_wechat_notification_at_once_all_succeed(db_path: Path):
+    """Under Redis locks the copies that find the order locked wait for it, then find the
+    payment applied: every copy is answered with success, the payment is applied once."""
+    async with locked_market(db_path, REDIS_URL) as market:
+        order_id = await market.order()
+        pay_no, _ = await payments.start_payment(
+            market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
+        )
+        body, headers = wechat_paid(market, pay_no)
+        answers = await asyncio.gather(
+            *(market.app.post("/notify/wechatpay", content=body, headers=headers) for _ in range(3))
+        )
+        assert [a.status_code for a in answers] == [204, 204, 204], [a.text for a in answers]
+        assert sorted(o for _, o, _ in await market.inbox()) == [
+            "confirmed",
+            "duplicate",
+            "duplicate",
+        ]
+        assert await market.status(order_id) == "pending_shipment"
+        assert await pay_count(market, order_id) == 1
+
+
+async def test_a_notification_meeting_the_buyers_cancel_waits_and_succeeds(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The buyer cancels a paid order while its notification arrives: the cancel holds the
+    order's lock while it closes the trade at WeChat (which says it is paid), the notification
+    waits for the lock, finds the payment applied and is answered with success."""
+    gate = Gate("/close")
+    async with locked_market(db_path, REDIS_URL, gate) as market:
+        order_id = await market.order()
+        pay_no, _ = await payments.start_payment(
+            market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
+        )
+        paid = await market.sim.post(
+            "/control/pay", json={"provider": "wechatpay", "out_trade_no": pay_no}
+        )
+        assert paid.status_code == 200, paid.text
+        busy_answers = 0
+        acquire = market.deps.locks.acquire
+
+        async def counting(key: str, ttl: timedelta) -> str | None:
+            nonlocal busy_answers
+            token = await acquire(key, ttl)
+            busy_answers += token is None
+            return token
+
+        monkeypatch.setattr(market.deps.locks, "acquire", counting)
+        gate.opened.clear()
+        cancel = asyncio.create_task(
+            orders.cancel_by_buyer(market.deps, order_id=order_id, user_id=market.buyer)
+        )
+        await asyncio.wait_for(gate.reached.wait(), 5)  # the cancel holds the lock, closing
+        body, headers = wechat_paid(market, pay_no)
+        notify = asyncio.create_task(
+            market.app.post("/notify/wechatpay", content=body, headers=headers)
+        )
+        assert await eventually(lambda: busy_answers >= 1 or notify.done())
+        gate.opened.set()
+        with pytest.raises(InvalidTransition, match="paid meanwhile"):
+            await cancel
+        answer = await notify
+        assert answer.status_code == 204, answer.text
+        assert [o for _, o, _ in await market.inbox()] == ["duplicate"]
+        assert await market.status(order_id) == "pending_shipment"
+        assert await pay_count(market, order_id) == 1
+
+
+async def test_a_notification_still_busy_after_the_wait_is_a_fail_the_provider_retries(
+    db_path: Path, prefix: str
+):
+    """When the order stays locked past the wait, WeChat hears its FAIL form with 409 (busy,
+    not a crash) and nothing is applied; its retry is then applied."""
+    async with locked_market(db_path, REDIS_URL, lock_wait="100ms") as market:
+        order_id = await market.order()
+        pay_no, _ = await payments.start_payment(
+            market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
+        )
+        other = RedisLocks.from_url(REDIS_URL)  # another process, same prefix as dueflow's
+        try:
+            token = await other.acquire(f"order:{order_id}", TTL)
+            assert token is not None
+            body, headers = wechat_paid(market, pay_no)
+            answer = await market.app.post("/notify/wechatpay", content=body, headers=headers)
+            assert answer.status_code == 409
+            assert answer.json() == {
+                "code": "FAIL",
+                "message": f"order:{order_id} is busy; try again",
+            }
+            assert await market.status(order_id) == "pending_payment"
+            assert await other.release(f"order:{order_id}", token)
+        finally:
+            await other.close()
+        again = await market.app.post("/notify/wechatpay", content=body, headers=headers)
+        assert again.status_code == 204
+        assert [o for _, o, _ in await market.inbox()] == ["busy", "confirmed"]
+        assert await pay_count(market, order_id) == 1

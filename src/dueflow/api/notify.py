@@ -6,8 +6,21 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from dueflow import exceptions
+from dueflow.api import errors
 from dueflow.service import notifications
 from dueflow.service.deps import Deps
+
+
+def failure_status(receipt: notifications.Receipt) -> int:
+    """The HTTP status of a notification not accepted (the provider retries on any of them):
+    400 refused, 409 busy (the order stayed locked for the whole wait: a conflict to retry, as
+    on the JSON API, not a crash), 500 when it could not be applied."""
+    if receipt.outcome == "rejected":
+        return 400
+    if receipt.outcome == "busy":
+        return errors.STATUS[exceptions.Busy]
+    return 500
 
 
 async def limited_body(request: Request, limit: int = notifications.MAX_BODY) -> bytes:
@@ -35,7 +48,7 @@ def router(deps: Deps) -> APIRouter:
         # Alipay retries unless the body is exactly "success".
         if receipt.accepted:
             return PlainTextResponse("success")
-        return PlainTextResponse("fail", status_code=400 if receipt.outcome == "rejected" else 500)
+        return PlainTextResponse("fail", status_code=failure_status(receipt))
 
     async def wechat(request: Request) -> Response:
         receipt = await notifications.receive(
@@ -43,8 +56,10 @@ def router(deps: Deps) -> APIRouter:
         )
         if receipt.accepted:
             return Response(status_code=204)
-        status = 400 if receipt.outcome == "rejected" else 500
-        return JSONResponse({"code": "FAIL", "message": receipt.message or receipt.outcome}, status)
+        return JSONResponse(
+            {"code": "FAIL", "message": receipt.message or receipt.outcome},
+            failure_status(receipt),
+        )
 
     routes.add_api_route("/wechatpay", wechat, methods=["POST"])
     routes.add_api_route("/wechatpay/refund", wechat, methods=["POST"])
