@@ -14,6 +14,7 @@ from rich.table import Table
 
 from dueflow import bootstrap, render
 from dueflow.config import Settings, load_settings
+from dueflow.domain import text
 from dueflow.exceptions import ConfigError, DomainError, DueflowError
 from dueflow.service import accounts, orders, payments, refunds, report
 from dueflow.service.deps import Deps
@@ -61,6 +62,23 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         raise typer.Exit(1) from None
 
 
+def _line(value: str | None) -> str | None:
+    """A one-line text option as :mod:`dueflow.domain.text` allows it (a usage error, exit 2,
+    naming the option otherwise)."""
+    problem = None if value is None else text.refused_character(value)
+    if problem is not None:
+        raise typer.BadParameter(problem)
+    return value
+
+
+def _lines(value: str) -> str:
+    """A multi-line text option (a comment): tab and line breaks are kept."""
+    problem = text.refused_character(value, multiline=True)
+    if problem is not None:
+        raise typer.BadParameter(problem)
+    return value
+
+
 async def _with_deps(settings: Settings, action: Callable[[Deps], Awaitable[T]]) -> T:
     async with bootstrap.running(settings) as deps:
         return await action(deps)
@@ -90,7 +108,8 @@ def migrate() -> None:
 
 @users_app.command("add")
 def users_add(
-    name: str, admin: bool = typer.Option(False, "--admin", help="Make an admin.")
+    name: str = typer.Argument(..., callback=_line),
+    admin: bool = typer.Option(False, "--admin", help="Make an admin."),
 ) -> None:
     """Create a user and print its bearer token (shown once)."""
     user, token = _run(_with_deps(_settings(), lambda d: accounts.add_user(d, name, admin=admin)))
@@ -101,7 +120,7 @@ def users_add(
 @goods_app.command("add")
 def goods_add(
     seller: str = typer.Option(..., help="The selling user's name."),
-    title: str = typer.Option(...),
+    title: str = typer.Option(..., callback=_line),
     price: str = typer.Option(..., help="Yuan, like 12.50."),
 ) -> None:
     """Put goods on sale for a seller."""
@@ -169,8 +188,8 @@ def orders_cancel(
 def orders_ship(
     order_id: int,
     user: str = typer.Option(..., "--as", help="The seller's name."),
-    carrier: str = typer.Option(...),
-    tracking_no: str = typer.Option(..., "--tracking-no"),
+    carrier: str = typer.Option(..., callback=_line),
+    tracking_no: str = typer.Option(..., "--tracking-no", callback=_line),
 ) -> None:
     """The seller ships an order."""
     _act(
@@ -196,7 +215,7 @@ def orders_review(
     order_id: int,
     user: str = typer.Option(..., "--as", help="Buyer or seller name."),
     rating: int = typer.Option(..., min=1, max=5),
-    comment: str = typer.Option(""),
+    comment: str = typer.Option("", callback=_lines),
 ) -> None:
     """The buyer or the seller reviews a received order."""
     _act(
@@ -219,7 +238,7 @@ def orders_show(order_id: int) -> None:
 def payments_record(
     order_id: int,
     amount: str = typer.Option(..., help="Yuan received, like 12.50; must equal the order's."),
-    reference: str | None = typer.Option(None, help="Bank or receipt reference."),
+    reference: str | None = typer.Option(None, help="Bank or receipt reference.", callback=_line),
 ) -> None:
     """Record a payment received off-line (the manual provider)."""
     pay_no, outcome = _run(
@@ -309,6 +328,7 @@ def worker(
     _logging(verbose, settings)
 
     async def go(deps: Deps) -> None:
+        await migrations.require_head(deps.db)  # exits 2 over a schema not migrated
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
 

@@ -20,6 +20,7 @@ from dueflow.payments.simulator.app import create_app as create_simulator
 from dueflow.payments.simulator.app import simulator_of
 from dueflow.service import accounts
 from dueflow.service.deps import Deps
+from dueflow.store import migrate
 from dueflow.worker.runner import Worker, run_feeder
 from dueflow.worker.scanner import run_scanner
 
@@ -51,12 +52,19 @@ async def serve(
     console: Console,
     dev_users: bool = False,
 ) -> None:
-    """Serve until SIGINT or SIGTERM; a batch in progress is finished before the process ends."""
+    """Serve until SIGINT or SIGTERM; a batch in progress is finished before the process ends.
+
+    Raises:
+        NotMigrated: the server database's schema is not at the head revision (SQLite was
+            migrated on the way in).
+        BackendUnavailable: the database cannot be reached.
+    """
     base_url = f"http://{host}:{port}"
     simulator: SimulatorConfig | None = None
     if wants_simulator(settings):
         settings, simulator = with_simulator(settings, base_url)
     async with bootstrap.running(settings) as deps:
+        await migrate.require_head(deps.db)
         app = create_app(
             deps,
             session_secret=settings.session_secret,

@@ -20,6 +20,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from dueflow.api import errors
+from dueflow.domain import text
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.exceptions import DomainError, DueflowError, InvalidInput, NotFound
 from dueflow.service import operations, orders, refunds, report, sessions
@@ -137,10 +139,20 @@ def _when(value: Any) -> str:
     return str(value)
 
 
-def _id(text: str | None) -> int | None:
-    if text is None or ID.fullmatch(text) is None or not 1 <= int(text) <= MAX_ID:
+def _id(value: str | None) -> int | None:
+    if value is None or ID.fullmatch(value) is None or not 1 <= int(value) <= MAX_ID:
         return None
-    return int(text)
+    return int(value)
+
+
+def _refused_field(form: dict[str, str]) -> str | None:
+    """The first form field holding a character no admin form takes (a control character, a
+    lone surrogate, a noncharacter), with what it holds; None when every field is text."""
+    for name, value in form.items():
+        problem = text.refused_character(value)
+        if problem is not None:
+            return f"{name} {problem}"
+    return None
 
 
 def router(
@@ -194,6 +206,11 @@ def _session_routes(routes: APIRouter, pages: Pages) -> None:
     @routes.post("/login", response_class=HTMLResponse)
     async def login(request: Request) -> Response:
         form = await pages.form(request)
+        refused = _refused_field(form)
+        if refused is not None:
+            return pages.page(
+                request, "login.html", status=422, next="/admin", error=f"Refused: {refused}."
+            )
         token = form.get("token", "").strip()
         cookie = (
             await sessions.open_session(pages.deps, token, secret=pages.secret, ttl=pages.ttl)
@@ -339,13 +356,16 @@ def _action_routes(routes: APIRouter, pages: Pages) -> None:
         user, form = await pages.checked(request)
         if user is None:
             return _forbidden(pages, request)
+        refused = _refused_field(form)
+        if refused is not None:
+            return pages.problem(request, user, 422, "Bad input", refused)
         back = form.get("back", "/admin")
         try:
             done = await action(f"user:{user.id}")
         except DomainError as exc:
             return pages.back(back, f"Refused: {exc.message}")
         except DueflowError as exc:  # busy, a provider or the database unreachable
-            return pages.back(back, f"Not done, try again: {exc.message}")
+            return pages.back(back, f"Not done, try again: {errors.public_message(exc)}")
         return pages.back(back, done)
 
     @routes.post("/refunds/{refund_id}/approve")

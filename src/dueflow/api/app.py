@@ -9,11 +9,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import text
 
 from dueflow.api import admin_pages, errors, notify, routes
-from dueflow.exceptions import DueflowError
-from dueflow.service import report
+from dueflow.service import readiness, report
 from dueflow.service.deps import Deps
 
 
@@ -42,15 +40,16 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
+        """Liveness: the process answers (it checks nothing else)."""
         return JSONResponse({"status": "ok"})
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        try:
-            async with deps.db.read() as conn:
-                await conn.execute(text("SELECT 1"))
-        except DueflowError as exc:
-            return JSONResponse({"status": "unavailable", "error": exc.message}, status_code=503)
+        """Readiness: the database answers at the schema's head revision and the trigger's
+        backend answers; otherwise 503 naming each part that is not ready."""
+        problems = await readiness.not_ready(deps)
+        if problems:
+            return JSONResponse({"status": "unavailable", "not_ready": problems}, status_code=503)
         return JSONResponse({"status": "ready"})
 
     @app.get("/metrics")

@@ -4,11 +4,17 @@ Every :class:`~dueflow.exceptions.DueflowError` maps to a status by its class (t
 entry of :data:`STATUS` wins), FastAPI's validation errors become 422 (400 for a body that is not
 JSON at all), Starlette's own HTTP errors keep their status in the same shape, and a body over
 :data:`MAX_BODY` bytes is refused with 413 before it is read whole.
+
+What went wrong inside a backend is the operators' business, not the client's: a backend that
+cannot be reached (and any other 5xx of ours) is answered with its class's generic message, the
+detail (a driver's or a client library's text) goes to the log only (:func:`public_message`).
+An exception nobody expected is a 500 ``internal_error`` in the same shape.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
@@ -21,6 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dueflow import exceptions as errors
 from dueflow.api.schemas import ErrorBody, ErrorDetail
 
+log = logging.getLogger(__name__)
+
 #: The largest request body the JSON API accepts.
 MAX_BODY = 64 * 1024
 
@@ -30,6 +38,7 @@ STATUS: dict[type[errors.DueflowError], int] = {
     errors.ConfigError: 500,
     errors.DomainError: 400,
     errors.InvalidInput: 422,
+    errors.Conflict: 409,
     errors.NotFound: 404,
     errors.NotAllowed: 403,
     errors.InvalidTransition: 409,
@@ -71,6 +80,15 @@ def status_of(exc: errors.DueflowError) -> int:
     return 500
 
 
+def public_message(exc: errors.DueflowError) -> str:
+    """What a client is told of ``exc``: its message, except for a 5xx of ours (a backend that
+    cannot be reached, a bug), whose detail may be a driver's text: then its class's generic
+    message. A provider's own refusal (502/503) is the provider's answer and is told."""
+    if status_of(exc) < 500 or isinstance(exc, errors.ProviderError):
+        return exc.message
+    return (type(exc).__doc__ or "").strip() or "internal error"
+
+
 def _hides_order(request: Request, exc: errors.DueflowError) -> re.Match[str] | None:
     """Someone else's order looks exactly like a missing one, except to an admin."""
     if not isinstance(exc, errors.NotAllowed):
@@ -88,7 +106,16 @@ async def dueflow_error(request: Request, exc: Exception) -> JSONResponse:
     if hidden is not None:
         missing = errors.NotFound(f"no order {hidden['order_id']}")
         return JSONResponse(error_body(missing.code, missing.message), 404)
-    return JSONResponse(error_body(exc.code, exc.message), status_of(exc))
+    status = status_of(exc)
+    message = public_message(exc)
+    if message != exc.message:
+        log.warning("%s %s answered %d: %s", request.method, request.url.path, status, exc.message)
+    return JSONResponse(error_body(exc.code, message), status)
+
+
+async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    """Anything else as a 500 in the error JSON; the exception is logged by the server."""
+    return JSONResponse(error_body("internal_error", "internal error"), 500)
 
 
 async def validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -168,4 +195,5 @@ def install(app: FastAPI, *, max_body: int = MAX_BODY) -> None:
     app.add_exception_handler(errors.DueflowError, dueflow_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected_error)
     app.add_middleware(BodyLimit, limit=max_body)

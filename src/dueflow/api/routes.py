@@ -40,7 +40,7 @@ class Body(BaseModel):
 class NewGoods(Body):
     """Goods to put on sale; the price is a string of yuan such as ``"12.50"``."""
 
-    title: str = Field(min_length=1, max_length=200)
+    title: out.SingleLine = Field(min_length=1, max_length=200)
     price: str = Field(
         min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$", examples=["12.50"]
     )
@@ -50,33 +50,33 @@ class NewOrder(Body):
     """An order for goods; ``order_type`` picks the deadlines (the default type if omitted)."""
 
     goods_id: int = Field(ge=1, le=MAX_ID)
-    order_type: str | None = Field(default=None, max_length=32)
+    order_type: out.SingleLine | None = Field(default=None, max_length=32)
 
 
 class NewPayment(Body):
     """Pay through this provider (``alipay`` or ``wechatpay``)."""
 
-    provider: str = Field(min_length=1, max_length=16)
+    provider: out.SingleLine = Field(min_length=1, max_length=16)
 
 
 class Shipment(Body):
     """The carrier and its tracking number."""
 
-    carrier: str = Field(min_length=1, max_length=64)
-    tracking_no: str = Field(min_length=1, max_length=64)
+    carrier: out.SingleLine = Field(min_length=1, max_length=64)
+    tracking_no: out.SingleLine = Field(min_length=1, max_length=64)
 
 
 class NewReview(Body):
     """A rating from 1 to 5 and an optional comment."""
 
     rating: int = Field(ge=1, le=5)
-    comment: str = Field(default="", max_length=500)
+    comment: out.MultiLine = Field(default="", max_length=500)
 
 
 class NewUser(Body):
     """A user to create; its token is shown once in the answer."""
 
-    name: str = Field(min_length=1, max_length=64)
+    name: out.SingleLine = Field(min_length=1, max_length=64)
     admin: bool = False
 
 

@@ -4,6 +4,10 @@ The routes still build their JSON themselves (:func:`dueflow.api.routes.answer`)
 document the wire format, they do not produce it. Money is exact decimal text with two places
 (``"12.50"``), datetimes are ISO 8601 with their UTC offset (``"2026-03-01T12:00:00+00:00"``).
 Every model refuses fields it does not name, so the schema says exactly what is sent.
+
+:data:`SingleLine` and :data:`MultiLine` are the text types of every free-text field of a request
+body (:mod:`dueflow.domain.text` says which characters they refuse): bad text is answered 422
+naming the field before anything reaches the database.
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from dueflow.domain import text
 
 #: Yuan as exact decimal text with two places.
 Money = Annotated[
@@ -22,6 +28,17 @@ Money = Annotated[
         description="yuan, exact decimal text with two places",
     ),
 ]
+
+
+def _multi_line(value: str) -> str:
+    return text.checked(value, multiline=True)
+
+
+#: One line of text from a client: no control characters, lone surrogates or noncharacters.
+SingleLine = Annotated[str, AfterValidator(text.checked)]
+#: Text that may span lines (a review comment): as :data:`SingleLine`, but tab, line feed and
+#: carriage return are kept.
+MultiLine = Annotated[str, AfterValidator(_multi_line)]
 
 
 class View(BaseModel):

@@ -9,10 +9,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
-
 from dueflow.domain.money import parse_yuan
-from dueflow.exceptions import InvalidInput, NotFound
+from dueflow.exceptions import Conflict, InvalidInput, NotFound
 from dueflow.service.deps import Deps
 from dueflow.store import goods, users
 
@@ -49,7 +47,7 @@ async def add_user(deps: Deps, name: str, *, admin: bool = False) -> tuple[User,
             user_id = await users.insert_user(
                 conn, name=name, token_hash=hash_token(token), is_admin=admin, now=deps.clock.now()
             )
-    except IntegrityError:
+    except Conflict:  # the same name taken meanwhile
         raise InvalidInput(f"user {name!r} already exists") from None
     return User(user_id, name, admin), token
 

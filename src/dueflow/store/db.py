@@ -1,4 +1,8 @@
-"""The database handle: one engine, write and read transactions, driver errors translated once."""
+"""The database handle: one engine, write and read transactions, driver errors translated once.
+
+A driver's text never leaves this module in an exception (a client may be shown the message): it
+is logged here, and the exception says only what kind of trouble it was (:func:`translate`).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,14 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from dueflow.exceptions import BackendUnavailable, Busy, ConfigError
+from dueflow.exceptions import (
+    BackendUnavailable,
+    Busy,
+    ConfigError,
+    Conflict,
+    DueflowError,
+    UnstorableValue,
+)
 from dueflow.store import sqlite_inline
 
 log = logging.getLogger(__name__)
@@ -67,12 +78,46 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql(f"BEGIN {mode}")
 
 
-def translate(error: exc.DBAPIError) -> Exception:
-    """A driver error as dueflow's own: Busy for lock waits, BackendUnavailable for the rest."""
+#: What the driver errors are translated to, with the message a client may see.
+MESSAGES: dict[type[DueflowError], str] = {
+    Conflict: "the change conflicts with what is stored",
+    UnstorableValue: "a value cannot be stored: text the database refuses, or a number out of range",
+    Busy: "database busy, try again",
+    BackendUnavailable: "the database is unavailable; try again later",
+}
+#: Words of the lock errors that carry no SQLSTATE to go by (SQLite's, MySQL's lock wait).
+_LOCK_WORDS = ("locked", "busy", "deadlock", "could not serialize", "lock wait timeout")
+
+
+def translate(error: exc.DBAPIError | UnicodeEncodeError) -> DueflowError:
+    """A driver error as dueflow's own, the driver's text logged and kept out of its message.
+
+    A constraint violation (SQLSTATE class 23) is a Conflict and a value the database cannot
+    hold (class 22, or text the driver cannot encode, such as a lone surrogate) is an
+    UnstorableValue: retrying the same request cannot help. A deadlock, serialization failure
+    (class 40) or lock wait is Busy; anything else (unreachable, no schema) BackendUnavailable.
+    """
+    kind = _kind(error)
+    detail = error.orig if isinstance(error, exc.DBAPIError) else error
+    level = logging.INFO if kind in (Busy, Conflict) else logging.WARNING
+    log.log(level, "database error taken as %s: %s", kind.__name__, detail)
+    return kind(MESSAGES[kind])
+
+
+def _kind(error: exc.DBAPIError | UnicodeEncodeError) -> type[DueflowError]:
+    if isinstance(error, UnicodeEncodeError | exc.DataError):
+        return UnstorableValue
+    if isinstance(error, exc.IntegrityError):
+        return Conflict
+    state = str(getattr(error.orig, "sqlstate", None) or "")
+    if state.startswith("22"):
+        return UnstorableValue
+    if state.startswith("23"):
+        return Conflict
     text = str(error.orig).lower()
-    if "locked" in text or "busy" in text or "deadlock" in text or "could not serialize" in text:
-        return Busy(f"database busy, try again ({error.orig})")
-    return BackendUnavailable(f"database error: {error.orig}")
+    if state.startswith("40") or state == "55P03" or any(w in text for w in _LOCK_WORDS):
+        return Busy
+    return BackendUnavailable
 
 
 class Database:
@@ -137,9 +182,7 @@ class Database:
         try:
             async with self.engine.begin() as conn:
                 yield conn
-        except exc.DBAPIError as error:
-            if isinstance(error, exc.IntegrityError):
-                raise
+        except (exc.DBAPIError, UnicodeEncodeError) as error:
             raise translate(error) from error
 
     @asynccontextmanager
@@ -162,7 +205,7 @@ class Database:
                 conn = await conn.execution_options(dueflow_read=True)
                 async with conn.begin():
                     yield conn
-        except exc.DBAPIError as error:
+        except (exc.DBAPIError, UnicodeEncodeError) as error:
             raise translate(error) from error
 
     async def dispose(self) -> None:

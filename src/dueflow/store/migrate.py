@@ -1,4 +1,5 @@
-"""Run the Alembic migrations programmatically over the application's own engine."""
+"""Run the Alembic migrations programmatically over the application's own engine, and tell
+whether a schema is at the revision this code needs (``serve``, ``worker`` and ``/readyz`` ask)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import exc, inspect, text
 
+from dueflow.exceptions import NotMigrated
 from dueflow.store.db import Database
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -35,6 +37,39 @@ async def at_head(db: Database) -> bool:
             return {row[0] for row in result} == {HEAD}
     except exc.DBAPIError:
         return False
+
+
+async def revisions(db: Database) -> set[str]:
+    """The revisions the schema is at: empty for a database that was never migrated.
+
+    Raises:
+        BackendUnavailable: the database cannot be reached.
+    """
+    async with db.read() as conn:
+        if not await conn.run_sync(lambda sync: inspect(sync).has_table("alembic_version")):
+            return set()
+        result = await conn.execute(text("SELECT version_num FROM alembic_version"))
+        return {row[0] for row in result}
+
+
+def behind(found: set[str]) -> str | None:
+    """What is wrong with a schema at ``found`` revisions, or None when it is at :data:`HEAD`."""
+    if found == {HEAD}:
+        return None
+    at = ", ".join(sorted(found)) or "none (never migrated)"
+    return f"the database schema is at revision {at}, this dueflow needs {HEAD}"
+
+
+async def require_head(db: Database) -> None:
+    """Go on only over a schema at :data:`HEAD` (``serve`` and ``worker`` start with this).
+
+    Raises:
+        NotMigrated: the schema was never migrated or is at another revision.
+        BackendUnavailable: the database cannot be reached.
+    """
+    problem = behind(await revisions(db))
+    if problem is not None:
+        raise NotMigrated(f"{problem}: run `dueflow migrate`")
 
 
 async def upgrade(db: Database, revision: str = "head") -> None:

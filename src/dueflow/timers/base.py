@@ -61,5 +61,13 @@ class Trigger(ABC):
         :meth:`armed`."""
         await self.armed(timers)
 
+    async def ping(self) -> None:  # noqa: B027 - optional hook
+        """Check that the trigger's backend answers (``/readyz`` asks); a trigger with no
+        backend of its own (``db``) has nothing to check.
+
+        Raises:
+            BackendUnavailable: the backend does not answer.
+        """
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -666,6 +666,16 @@ class RabbitTrigger(Trigger):
     async def feed(self, timers: Sequence[Armed]) -> None:
         await self.armed(timers)
 
+    async def ping(self) -> None:
+        """RabbitMQ holds the publishing channel open (connecting first if need be).
+
+        Raises:
+            BackendUnavailable: it cannot be reached, or the channel is closed.
+        """
+        channel = await self._channel()
+        if channel.is_closed:
+            raise BackendUnavailable(f"RabbitMQ at {self._safe_url()}: the channel is closed")
+
     async def close(self) -> None:
         """Close the channels and the connection; un-acked messages go back to RabbitMQ."""
         self._closed = True

@@ -328,6 +328,17 @@ class RedisTrigger(Trigger):
         except REDIS_ERRORS as exc:
             raise BackendUnavailable(f"redis trigger cannot acknowledge timers: {exc}") from exc
 
+    async def ping(self) -> None:
+        """Redis answers PING.
+
+        Raises:
+            BackendUnavailable: it does not.
+        """
+        try:
+            await self._redis().ping()
+        except REDIS_ERRORS as exc:
+            raise BackendUnavailable(f"redis trigger unreachable: {exc}") from exc
+
     async def close(self) -> None:
         client, self._client, self._claim = self._client, None, None
         if client is not None:
