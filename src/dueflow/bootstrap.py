@@ -198,10 +198,10 @@ async def running(
 async def _sync(clock: DatabaseClock) -> None:
     try:
         offset = await clock.sync()
-    except Exception:
+    except Exception as exc:
         # A database that is down now is retried by the next sync; until one succeeds the
         # offset stays as it was (zero at the start: this machine's clock).
-        log.warning("could not read the database's clock; retrying", exc_info=True)
+        log.warning("could not read the database's clock (%s); retrying", type(exc).__name__)
         return
     if abs(offset) > timedelta(seconds=1):
         log.warning("this machine's clock is %.3f s off the database's", -offset.total_seconds())
