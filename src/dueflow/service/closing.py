@@ -49,18 +49,9 @@ async def close_leftover_attempts(deps: Deps, batch: Sequence[Claimed]) -> None:
             unknown[row.order_id] = f"{row.pay_no}: {outcome.reason}"
     async with deps.db.write() as conn:
         await payments.close_attempts(conn, closed, now)
-        for token in {t.token for t in batch}:
-            done = {
-                t.id: "leftover attempts closed"
-                for t in batch
-                if t.token == token and t.order_id not in unknown
-            }
-            if done:
-                await timers.finish(conn, done, token=token, now=now)
-        retry = [t for t in batch if t.order_id in unknown]
-        if retry:
-            reason = "; ".join(sorted({unknown[t.order_id] for t in retry}))[:500]
-            await timers.retry(conn, retry, error=f"close unknown: {reason}", now=now)
+        await timers.finish_or_retry(
+            conn, batch, unknown, done="leftover attempts closed", error="close unknown", now=now
+        )
 
 
 async def _paid_as_well(deps: Deps, row: Row[Any], payment: VerifiedPayment) -> str:

@@ -198,15 +198,6 @@ async def check_refunds(deps: Deps, batch: Sequence[Claimed]) -> None:
             conn, state=REFUND_PROCESSING, order_ids=[t.order_id for t in batch]
         ):
             pending.setdefault(row.order_id, "approved meanwhile")
-        for token in {t.token for t in batch}:
-            settled = {
-                t.id: "refunds final"
-                for t in batch
-                if t.token == token and t.order_id not in pending
-            }
-            if settled:
-                await timers.finish(conn, settled, token=token, now=now)
-        waiting = [t for t in batch if t.order_id in pending]
-        if waiting:
-            reasons = "; ".join(sorted(set(pending.values())))[:500]
-            await timers.retry(conn, waiting, error=f"refund still processing: {reasons}", now=now)
+        await timers.finish_or_retry(
+            conn, batch, pending, done="refunds final", error="refund still processing", now=now
+        )

@@ -80,7 +80,7 @@ async def pay_reminder(deps: Deps, batch: Sequence[Claimed]) -> None:
                 finished[timer.id] = "gave up: outcome unknown"
             else:
                 elsewhere.append(timer)  # another handler is sending it right now
-        await _finish_by_token(conn, batch, finished, now)
+        await timers.finish_by_token(conn, batch, finished, now)
         if elsewhere:
             await timers.retry(conn, elsewhere, error=ELSEWHERE, now=now)
     await _send_all(deps, [t for t in batch if t.order_id in mine], mine, current, token)
@@ -194,12 +194,3 @@ async def _not_sent(
     else:
         await aftersale.settle_reminder(conn, reminder_id, token=token, sent=False, now=now)
     await timers.finish(conn, {timer.id: outcome}, token=timer.token, now=now)
-
-
-async def _finish_by_token(
-    conn: AsyncConnection, batch: Sequence[Claimed], outcomes: Mapping[int, str], now: datetime
-) -> None:
-    for token in {t.token for t in batch}:
-        mine = {t.id: outcomes[t.id] for t in batch if t.token == token and t.id in outcomes}
-        if mine:
-            await timers.finish(conn, mine, token=token, now=now)

@@ -56,7 +56,7 @@ async def _settle(
             later.append((timer, getattr(order, deadline.name)))
         else:
             outcomes[timer.id] = f"skipped: order is {order.status}"
-    await _finish_by_token(conn, batch, outcomes, now)
+    await timers.finish_by_token(conn, batch, outcomes, now)
     for timer, due_at in later:
         await timers.rearm(conn, timer, due_at=due_at)
 
@@ -76,7 +76,11 @@ async def cancel_unpaid(deps: Deps, batch: Sequence[Claimed]) -> None:
     parts = [_cancel_or_retry(deps, plain, [], {}, set(), {}, now)] if plain else []
     if closing:
         parts.append(_close_then_cancel(deps, closing, attempts, now))
-    await asyncio.gather(*parts)
+    # Both halves end before the handler does (a failing one must not leave the other running
+    # after the worker hands the batch back); the first failure is raised then.
+    for result in await asyncio.gather(*parts, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result
 
 
 async def _close_then_cancel(
@@ -212,15 +216,6 @@ async def auto_review(deps: Deps, batch: Sequence[Claimed]) -> None:
             done="completed with default reviews",
             now=now,
         )
-
-
-async def _finish_by_token(
-    conn: AsyncConnection, batch: Sequence[Claimed], outcomes: Mapping[int, str], now: datetime
-) -> None:
-    for token in {t.token for t in batch}:
-        mine = {t.id: outcomes[t.id] for t in batch if t.token == token and t.id in outcomes}
-        if mine:
-            await timers.finish(conn, mine, token=token, now=now)
 
 
 HANDLERS: Mapping[TimerKind, Handler] = {

@@ -300,11 +300,49 @@ async def retry(
     return changed
 
 
+def _by_token(claimed: Sequence[Claimed]) -> list[tuple[str, list[int]]]:
+    """The claims' ids grouped by the claim token they are held under."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for timer in claimed:
+        groups[timer.token].append(timer.id)
+    return list(groups.items())
+
+
+async def finish_by_token(
+    conn: AsyncConnection, batch: Sequence[Claimed], outcomes: Mapping[int, str], now: datetime
+) -> None:
+    """:func:`finish` the timers of ``batch`` that have an outcome, each under its own claim
+    token (a batch may hold claims of several tokens)."""
+    for token, ids in _by_token(batch):
+        mine = {timer_id: outcomes[timer_id] for timer_id in ids if timer_id in outcomes}
+        if mine:
+            await finish(conn, mine, token=token, now=now)
+
+
+async def finish_or_retry(
+    conn: AsyncConnection,
+    batch: Sequence[Claimed],
+    failing: Mapping[int, str],
+    *,
+    done: str,
+    error: str,
+    now: datetime,
+) -> None:
+    """Finish the batch's timers as ``done``, except those whose order is in ``failing``
+    (order id -> why): they go back with backoff and ``error`` followed by the reasons."""
+    await finish_by_token(
+        conn, batch, {t.id: done for t in batch if t.order_id not in failing}, now
+    )
+    again = [t for t in batch if t.order_id in failing]
+    if again:
+        reasons = "; ".join(sorted({failing[t.order_id] for t in again}))
+        await retry(conn, again, error=f"{error}: {reasons}"[:500], now=now)
+
+
 async def release_claims(conn: AsyncConnection, claimed: Sequence[Claimed]) -> int:
     """Hand claims back untouched (graceful shutdown): scheduled again, the attempt not counted."""
     changed = 0
-    for token in {t.token for t in claimed}:
-        ids = [t.id for t in claimed if t.token == token]
+    for token, ids in _by_token(claimed):
         result = await conn.execute(
             update(timers)
             .where(timers.c.id.in_(ids), timers.c.claim_token == token)
@@ -326,8 +364,7 @@ async def extend_lease(
     """Keep holding claims still being worked on: their lease runs to ``until``. Claims that
     were finished, retried or taken over meanwhile are left alone. Returns how many were held."""
     held = 0
-    for token in {t.token for t in claimed}:
-        ids = [t.id for t in claimed if t.token == token]
+    for token, ids in _by_token(claimed):
         result = await conn.execute(
             update(timers)
             .where(timers.c.id.in_(ids), timers.c.claim_token == token)
