@@ -10,11 +10,13 @@ from decimal import Decimal
 
 from sqlalchemy import select
 
+from dueflow.exceptions import BackendUnavailable
 from dueflow.payments.base import CloseOutcome, PaymentProvider, Providers
 from dueflow.payments.manual import ManualProvider
 from dueflow.service import orders
 from dueflow.store import payments as payment_store
 from dueflow.store import schema
+from dueflow.timers.base import Trigger
 from dueflow.worker.scanner import scan_once
 from tests.conftest import World, eventually
 
@@ -39,6 +41,22 @@ async def place(world: World) -> int:
     return await orders.place_order(world.deps, buyer_id=world.buyer, goods_id=goods_id)
 
 
+async def place_trading(world: World, pay_no: str) -> int:
+    """An order with an open attempt at the hanging provider."""
+    order_id = await place(world)
+    async with world.deps.db.write() as conn:
+        await payment_store.insert_attempt(
+            conn,
+            pay_no=pay_no,
+            order_id=order_id,
+            provider="hanging",
+            amount=Decimal("12.50"),
+            expires_at=world.clock.now() + timedelta(minutes=30),
+            now=world.clock.now(),
+        )
+    return order_id
+
+
 async def status(world: World, order_id: int) -> str:
     async with world.deps.db.read() as conn:
         query = select(schema.orders.c.status).where(schema.orders.c.id == order_id)
@@ -48,17 +66,7 @@ async def status(world: World, order_id: int) -> str:
 async def test_a_hanging_close_delays_no_other_deadline(world: World) -> None:
     hanging = Hanging()
     world.deps.providers = Providers([ManualProvider(), hanging])
-    trading, plain = await place(world), await place(world)
-    async with world.deps.db.write() as conn:
-        await payment_store.insert_attempt(
-            conn,
-            pay_no="P-hang",
-            order_id=trading,
-            provider="hanging",
-            amount=Decimal("12.50"),
-            expires_at=world.clock.now() + timedelta(minutes=30),
-            now=world.clock.now(),
-        )
+    trading, plain = await place_trading(world, "P-hang"), await place(world)
     stop = asyncio.Event()
     loop = asyncio.create_task(world.worker.run(stop))
     try:
@@ -94,17 +102,7 @@ async def test_a_hanging_close_delays_no_other_deadline(world: World) -> None:
 async def test_stopping_waits_for_the_batches_in_their_lanes(world: World) -> None:
     hanging = Hanging()
     world.deps.providers = Providers([ManualProvider(), hanging])
-    trading = await place(world)
-    async with world.deps.db.write() as conn:
-        await payment_store.insert_attempt(
-            conn,
-            pay_no="P-stop",
-            order_id=trading,
-            provider="hanging",
-            amount=Decimal("12.50"),
-            expires_at=world.clock.now() + timedelta(minutes=30),
-            now=world.clock.now(),
-        )
+    trading = await place_trading(world, "P-stop")
     stop = asyncio.Event()
     loop = asyncio.create_task(world.worker.run(stop))
     world.clock.advance(timedelta(minutes=31))
@@ -120,3 +118,51 @@ async def test_stopping_waits_for_the_batches_in_their_lanes(world: World) -> No
 
 async def _is(world: World, order_id: int, wanted: str) -> bool:
     return await status(world, order_id) == wanted
+
+
+class FlakyTrigger(Trigger):
+    """Hands over ids of timers that are not due (the scanner ran them) and fails every ack."""
+
+    def __init__(self) -> None:
+        self.acks = 0
+
+    @classmethod
+    def from_url(cls, url, *, clock=None):  # type: ignore[no-untyped-def]
+        return cls()
+
+    async def armed(self, timers):  # type: ignore[no-untyped-def]
+        return None
+
+    async def wait(self, clock, until):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)
+        return [987654]
+
+    def wake(self) -> None:
+        return None
+
+    async def ack(self, timer_ids):  # type: ignore[no-untyped-def]
+        self.acks += 1
+        raise BackendUnavailable("the trigger is away")
+
+
+async def test_a_failure_after_a_lane_was_given_back_does_not_give_it_back_twice(world: World):
+    """Found in review: an error after the loop gave its lane back (a failed ack) released the
+    lane again, and each time the worker gained one more lane than DUEFLOW_WORKER_BATCHES."""
+    trigger = FlakyTrigger()
+    world.deps.trigger = trigger
+    world.deps.max_idle = timedelta(0)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(world.worker.run(stop))
+    try:
+        assert await eventually(lambda: trigger.acks >= 5 or loop.done())
+        assert not loop.done()  # a double release of the bounded lanes would have ended it
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, timeout=10)
+    lanes = world.worker._lanes
+    assert lanes is not None
+    # Every lane is free again and none was added: exactly worker_batches acquisitions fit.
+    for _ in range(world.deps.worker_batches):
+        assert not lanes.locked()
+        await lanes.acquire()
+    assert lanes.locked()

@@ -50,7 +50,7 @@ class Worker:
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.stats = Stats()
         self._limit: int | None = None  # the next batch's size; None: batch_size
-        self._lanes: asyncio.Semaphore | None = None  # made in the running loop
+        self._lanes: asyncio.BoundedSemaphore | None = None  # made in the running loop
         self._running: set[asyncio.Task[None]] = set()
 
     async def run_batch(self, claimed: Sequence[Claimed]) -> None:
@@ -98,7 +98,8 @@ class Worker:
 
     async def _keep_leases(self, claimed: Sequence[Claimed]) -> None:
         deps = self.deps
-        await asyncio.sleep(HOLD_AFTER)
+        # Short leases (tests, a fast demo clock) are renewed before a third of them is gone.
+        await asyncio.sleep(min(HOLD_AFTER, deps.lease.total_seconds() / 3))
         while True:
             await deps.clock.sleep_until(deps.clock.now() + deps.lease / 3)
             try:
@@ -197,18 +198,22 @@ class Worker:
         """
         deps = self.deps
         if self._lanes is None:
-            self._lanes = asyncio.Semaphore(deps.worker_batches)
+            self._lanes = asyncio.BoundedSemaphore(deps.worker_batches)
         lanes = self._lanes
         try:
             while not stop.is_set():
                 await lanes.acquire()
+                lane = _Lane(lanes)
+                if stop.is_set():  # stopped while waiting for a lane: claim nothing more
+                    lane.release()
+                    break
                 try:
                     if deps.trigger.polls_database:
-                        await self._poll_once(lanes)
+                        await self._poll_once(lane)
                     else:
-                        await self._delivered_once(lanes)
+                        await self._delivered_once(lane)
                 except Exception:
-                    lanes.release()
+                    lane.release()
                     log.exception("worker loop error; retrying shortly")
                     await deps.clock.sleep_until(deps.clock.now() + deps.max_idle, stop)
         finally:
@@ -218,7 +223,7 @@ class Worker:
     def _start(
         self,
         claimed: Sequence[Claimed],
-        lanes: asyncio.Semaphore,
+        lane: _Lane,
         then: Callable[[], Awaitable[None]] | None = None,
     ) -> asyncio.Task[None]:
         """Run a claimed batch in its own task, holding a lane until it (and ``then``) ends."""
@@ -231,21 +236,21 @@ class Worker:
             except Exception:
                 log.exception("batch of %d timers failed; their leases will expire", len(claimed))
             finally:
-                lanes.release()
+                lane.release()
 
         task = asyncio.create_task(go())
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return task
 
-    async def _poll_once(self, lanes: asyncio.Semaphore) -> None:
+    async def _poll_once(self, lane: _Lane) -> None:
         """Holding one lane: start a batch in it, or give it back and wait for the next due."""
         deps = self.deps
         claimed = await self._claim_due()
         if claimed:
-            await asyncio.wait({self._start(claimed, lanes)}, timeout=DETACH_AFTER)
+            await asyncio.wait({self._start(claimed, lane)}, timeout=DETACH_AFTER)
             return
-        lanes.release()
+        lane.release()
         async with deps.db.read() as conn:
             next_due = await timers.next_due_at(conn)
         until = deps.clock.now() + deps.max_idle
@@ -254,22 +259,36 @@ class Worker:
         self.stats.waits += 1
         await deps.trigger.wait(deps.clock, until)
 
-    async def _delivered_once(self, lanes: asyncio.Semaphore) -> None:
+    async def _delivered_once(self, lane: _Lane) -> None:
         """Holding one lane: run what the trigger delivers in it, or give it back."""
         deps = self.deps
         self.stats.waits += 1
         ids = await deps.trigger.wait(deps.clock, deps.clock.now() + deps.max_idle)
         if not ids:
-            lanes.release()
+            lane.release()
             return
         delivered = list(ids)
         claimed = await self._claim_ids(delivered)
         if claimed:
-            batch = self._start(claimed, lanes, then=lambda: deps.trigger.ack(delivered))
+            batch = self._start(claimed, lane, then=lambda: deps.trigger.ack(delivered))
             await asyncio.wait({batch}, timeout=DETACH_AFTER)
             return
-        lanes.release()
+        lane.release()
         await deps.trigger.ack(delivered)
+
+
+class _Lane:
+    """One of a worker's lanes, held by the loop or by the batch it started; given back once,
+    whichever of them gives it back first (an error after a lane was given back must not give
+    it back again)."""
+
+    def __init__(self, lanes: asyncio.BoundedSemaphore) -> None:
+        self._lanes: asyncio.BoundedSemaphore | None = lanes
+
+    def release(self) -> None:
+        lanes, self._lanes = self._lanes, None
+        if lanes is not None:
+            lanes.release()
 
 
 async def run_feeder(worker: Worker, stop: asyncio.Event, *, full_every: int = 10) -> None:
