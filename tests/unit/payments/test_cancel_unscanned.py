@@ -154,3 +154,24 @@ async def test_a_scanned_alipay_trade_whose_close_fails_is_not_voided(market):
     assert (trade["status"], trade["refunded"]) == ("waiting", "0.00")
     await market.pay("alipay", pay_no)
     assert await market.status(order_id) == "pending_shipment"
+
+
+async def test_an_unscanned_alipay_code_whose_void_keeps_failing_is_closed_at_its_expiry(market):
+    """Found in review: a void (alipay.trade.cancel) that never succeeds must not hold the order
+    past the code's expiry plus the skew margin, when an unscanned code is dead anyway."""
+    order_id = await market.order()
+    await start(market, order_id, "alipay", fails=None)
+    await fail_next(market, "alipay", "cancel", "SYSTEM_ERROR")
+    with pytest.raises(ProviderUnavailable, match="unknown"):
+        await orders.cancel_by_buyer(market.deps, order_id=order_id, user_id=market.buyer)
+    assert await market.status(order_id) == "pending_payment"
+    market.clock.advance(timedelta(minutes=30))  # the deadline: the void fails again
+    await fail_next(market, "alipay", "cancel", "SYSTEM_ERROR")
+    await Worker(market.deps).drain()
+    assert await market.status(order_id) == "pending_payment"
+    market.clock.advance(timedelta(minutes=3))  # expiry plus the skew margin, and the backoff
+    await fail_next(market, "alipay", "cancel", "SYSTEM_ERROR")
+    await Worker(market.deps).drain()
+    assert await market.status(order_id) == "cancelled_unpaid"
+    goods = await goods_of(market, order_id)
+    assert (goods["status"], goods["reserved_order_id"]) == ("on_sale", None)

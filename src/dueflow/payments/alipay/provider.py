@@ -25,6 +25,7 @@ definite business ``sub_code`` failed, anything else unknown. The refund query a
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -44,6 +45,7 @@ from dueflow.payments.base import (
     GATEWAY_TIMEOUTS,
     Attempt,
     CloseOutcome,
+    CloseResult,
     NotificationEvent,
     PaymentProvider,
     PayStart,
@@ -71,6 +73,7 @@ DEFINITE_REFUND_FAILURES = frozenset(
         "ACQ.TRADE_NOT_EXIST",
     }
 )
+log = logging.getLogger(__name__)
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 #: The most a trade's ``subject`` holds, in characters.
 SUBJECT_CHARS = 256
@@ -271,11 +274,20 @@ class AlipayProvider(PaymentProvider):
         if code == SUCCESS_CODE:
             return CloseOutcome.closed("alipay closed the trade")
         if sub_code == "ACQ.TRADE_NOT_EXIST":
+            voided = CloseOutcome.unknown("ACQ.TRADE_NOT_EXIST before the code expired")
             if attempt.start is not StartAnswer.UNKNOWN:
-                return await self._void(attempt)
-            if now >= attempt.expires_at + self._clock_skew:
+                try:
+                    voided = await self._void(attempt)
+                except _CallFailed as exc:
+                    voided = CloseOutcome.unknown(f"cancel: {exc.reason}")
+            # Whatever the void said, a code never scanned is dead once it has expired (a
+            # cancel that keeps failing must not hold the order past that).
+            if (
+                voided.result is CloseResult.UNKNOWN
+                and now >= attempt.expires_at + self._clock_skew
+            ):
                 return CloseOutcome.closed("never scanned and expired at alipay")
-            return CloseOutcome.unknown("ACQ.TRADE_NOT_EXIST before the code expired")
+            return voided
         if sub_code != "ACQ.TRADE_STATUS_ERROR":
             return CloseOutcome.unknown(f"close: {_describe(content)}")
         query = await self._call("alipay.trade.query", biz)
@@ -310,7 +322,11 @@ class AlipayProvider(PaymentProvider):
         if code == SUCCESS_CODE and content.get("retry_flag") != "Y":
             action = content.get("action") or "no trade yet"
             if action == "refund":
-                # Paid in the instant between close and cancel: Alipay gave the money back.
+                # Paid in the instant between close and cancel: Alipay gave the money back. The
+                # order is cancelled now (before its payment notification is likely applied);
+                # a notification applied after that is a paid_after_cancel refund in review,
+                # which Alipay refuses (already refunded): loud, for an operator to settle.
+                log.error("alipay cancel of %s refunded a payment made meanwhile", attempt.pay_no)
                 return CloseOutcome.closed("alipay cancel refunded a payment made meanwhile")
             return CloseOutcome.closed(f"alipay cancelled the unscanned trade ({action})")
         if sub_code == "ACQ.TRADE_NOT_EXIST" and attempt.start is StartAnswer.REFUSED:
