@@ -18,11 +18,13 @@ from dueflow.exceptions import (
     AmountMismatch,
     BackendError,
     Busy,
+    Conflict,
     DomainError,
     DueflowError,
     MalformedNotification,
     NotificationRejected,
     ProviderError,
+    UnstorableValue,
     WrongMerchant,
 )
 from dueflow.payments.base import NotificationEvent, ProviderNotification, VerifiedPayment
@@ -74,6 +76,12 @@ async def receive(
             raise MalformedNotification(f"body over {MAX_BODY} bytes")
         note = deps.providers.get(provider_name).verify_notification(body, headers, now)
         outcome = await _apply(deps, provider_name, note, inbox_id)
+    except (Conflict, UnstorableValue) as exc:
+        # The database refused what applying it wrote: our trouble, not a forged notification.
+        log.error("%s notification %s not applied: %s", provider_name, inbox_id, exc.message)
+        return await _judged(
+            deps, provider_name, inbox_id, note, accepted=False, outcome="error", error=exc
+        )
     except (NotificationRejected, DomainError) as exc:
         log.warning("%s notification %s rejected: %s", provider_name, inbox_id, exc.message)
         return await _judged(
