@@ -54,6 +54,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+#: Take the key for the caller's token, or find it already the caller's: a SET whose reply was
+#: lost on a broken connection is retried by the client, and must not then lock out its owner.
+ACQUIRE_SCRIPT = """
+local held = redis.call('GET', KEYS[1])
+if not held then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if held == ARGV[1] then
+  return 1
+end
+return 0
+"""
 REDIS_ERRORS = (RedisError, OSError)
 
 #: How long :func:`held` waits for a key someone else holds (Redis locks; DUEFLOW_LOCK_WAIT).
@@ -212,7 +225,8 @@ class NoLocks(Locks):
 
 
 class RedisLocks(Locks):
-    """``SET key token NX PX ttl``; released by a compare-and-delete script.
+    """Taken by a script that sets the key with a TTL unless someone else's token is in it;
+    released by a compare-and-delete script.
 
     The client gives up quickly (a lock is one short round trip; a Redis that does not answer
     within a second is treated as away) and retries a command once on a fresh connection when
@@ -236,6 +250,7 @@ class RedisLocks(Locks):
         self.prefix = prefix
         self._client: Redis | None = None
         self._release: AsyncScript | None = None
+        self._acquire: AsyncScript | None = None
         self._away_until = 0.0
 
     @classmethod
@@ -276,8 +291,10 @@ class RedisLocks(Locks):
             raise BackendUnavailable("redis locks were unreachable a moment ago")
         ms = max(1, int(ttl / timedelta(milliseconds=1)))
         token = new_token()
+        if self._acquire is None:
+            self._acquire = self._redis().register_script(ACQUIRE_SCRIPT)
         try:
-            taken = await self._redis().set(self._key(key), token, nx=True, px=ms)
+            taken = await self._acquire(keys=[self._key(key)], args=[token, ms])
         except REDIS_ERRORS as exc:
             raise self._unreachable(f"acquire {key}", exc) from exc
         return token if taken else None
@@ -292,6 +309,6 @@ class RedisLocks(Locks):
         return bool(deleted)
 
     async def close(self) -> None:
-        client, self._client, self._release = self._client, None, None
+        client, self._client, self._release, self._acquire = self._client, None, None, None
         if client is not None:
             await client.aclose()
