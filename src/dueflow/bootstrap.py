@@ -31,6 +31,8 @@ from dueflow.timers import registry
 log = logging.getLogger(__name__)
 #: How often a process re-measures its offset from the database's clock.
 CLOCK_RESYNC = timedelta(seconds=30)
+#: Seconds between tries while the database's clock has never been read.
+SYNC_RETRY = 1.0
 
 
 def build_notifier(settings: Settings) -> Notifier:
@@ -208,7 +210,8 @@ async def _sync(clock: DatabaseClock) -> None:
 
 
 async def _keep_in_sync(clock: DatabaseClock, every: timedelta) -> None:
-    """Re-measure the clock's offset every ``every`` (in real seconds) while the process runs."""
+    """Re-measure the clock's offset every ``every`` (in real seconds) while the process runs;
+    every second until a first measurement has succeeded (the database was down at start)."""
     while True:
-        await asyncio.sleep(every.total_seconds())
+        await asyncio.sleep(every.total_seconds() if clock.synced else SYNC_RETRY)
         await _sync(clock)

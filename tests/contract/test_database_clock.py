@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import select
 
 from dueflow import bootstrap
@@ -13,9 +14,10 @@ from dueflow.clock import Clock, DatabaseClock, FakeClock, SystemClock, utcnow
 from dueflow.config import load_settings
 from dueflow.service import orders
 from dueflow.store import schema, servertime
+from dueflow.store.db import Database
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import scan_once
-from tests.conftest import World
+from tests.conftest import SERVICE_URLS, World, require_service
 
 FAST = timedelta(seconds=60)
 
@@ -105,3 +107,17 @@ async def test_a_database_clock_sleeps_until_the_databases_time() -> None:
     truth.advance(timedelta(seconds=5))
     await clock.sleep_until(when)  # returns: the database's time has come
     assert clock.now() == when
+
+
+@pytest.mark.mysql
+async def test_a_mariadb_driver_url_reads_the_servers_clock_too() -> None:
+    """Found in review: ``mariadb+asyncmy://`` keeps the dialect name ``mariadb``."""
+    url = SERVICE_URLS["mysql"]
+    assert url is not None
+    require_service("mysql", "127.0.0.1", 3306)
+    db = Database.from_url(url.replace("mysql://", "mariadb+asyncmy://", 1))
+    try:
+        assert db.dialect == "mariadb" and servertime.has_clock(db)
+        assert abs(await servertime.server_now(db) - utcnow()) < timedelta(seconds=2)
+    finally:
+        await db.dispose()

@@ -12,6 +12,8 @@ from dueflow.store.db import Database
 _NOW = {
     "postgresql": text("SELECT clock_timestamp()"),
     "mysql": text("SELECT UTC_TIMESTAMP(6)"),
+    # A mariadb+asyncmy:// URL keeps its own dialect name.
+    "mariadb": text("SELECT UTC_TIMESTAMP(6)"),
 }
 
 
