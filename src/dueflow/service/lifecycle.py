@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.timers import TimerKind
 from dueflow.service.deps import Deps
-from dueflow.store import aftersale, orders, payments, timers
+from dueflow.store import aftersale, events, orders, payments, timers
 from dueflow.store.schema import orders as t_orders
 
 S = OrderStatus
@@ -46,9 +46,6 @@ async def cancel_unpaid(
         due=t_orders.c.pay_deadline if due_only else None,
     )
     ids = [r.id for r in moved]
-    await deps.hold.release(conn, ids, now)
-    await payments.close_open(conn, ids, now)
-    await timers.cancel_for_orders(conn, ids, now)
     await orders.record_events(
         conn,
         ids,
@@ -58,6 +55,10 @@ async def cancel_unpaid(
         from_status=S.PENDING_PAYMENT,
         to_status=S.CANCELLED_UNPAID,
     )
+    await deps.hold.release(conn, ids, now)
+    await _released(conn, deps, moved, "back on sale", actor=actor, now=now)
+    await payments.close_open(conn, ids, now)
+    await timers.cancel_for_orders(conn, ids, now)
     return moved
 
 
@@ -82,10 +83,6 @@ async def cancel_unshipped(
         due=t_orders.c.ship_deadline if due_only else None,
     )
     ids = [r.id for r in moved]
-    await deps.hold.forfeit(conn, ids, now)
-    paid = await payments.for_orders(conn, ids, state=payments.PAID)
-    await payments.create_refunds(conn, paid, reason=event.value, now=now)
-    await timers.cancel_for_orders(conn, ids, now)
     await orders.record_events(
         conn,
         ids,
@@ -95,7 +92,26 @@ async def cancel_unshipped(
         from_status=S.PENDING_SHIPMENT,
         to_status=S.CANCELLED_UNSHIPPED,
     )
+    await deps.hold.forfeit(conn, ids, now)
+    await _released(conn, deps, moved, "taken off sale", actor=actor, now=now)
+    paid = await payments.for_orders(conn, ids, state=payments.PAID)
+    await payments.create_refunds(conn, paid, reason=event.value, now=now, actor=actor)
+    await timers.cancel_for_orders(conn, ids, now)
     return moved
+
+
+async def _released(
+    conn: AsyncConnection,
+    deps: Deps,
+    moved: Sequence[Row[Any]],
+    how: str,
+    *,
+    actor: str,
+    now: datetime,
+) -> None:
+    """The ``released`` event of each cancelled order: what it held, and where that went."""
+    entries = [(r.id, f"{deps.hold.held(r)} {how}") for r in moved]
+    await events.record_each(conn, entries, event="released", actor=actor, now=now)
 
 
 async def receive(

@@ -1,7 +1,8 @@
 """What an order holds, behind one small interface per kind of thing held.
 
 Today an order holds one goods item. Seats, stock units and coupons (planned) implement the same
-four verbs, and every cancel calls ``release`` or ``forfeit`` in the cancel's own transaction.
+four verbs (and say what they hold), and every cancel calls ``release`` or ``forfeit`` in the
+cancel's own transaction.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store import goods
@@ -34,6 +37,11 @@ class Hold(ABC):
     async def forfeit(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
         """Clear the hold and take the items off sale (the seller failed to deliver)."""
 
+    @abstractmethod
+    def held(self, order: Row[Any]) -> str:
+        """What ``order`` (a moved order's row) holds, in words: the detail of its ``released``
+        event."""
+
 
 class GoodsHold(Hold):
     """One second-hand goods item per order."""
@@ -49,3 +57,6 @@ class GoodsHold(Hold):
 
     async def forfeit(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
         return await goods.take_off_sale(conn, order_ids, now)
+
+    def held(self, order: Row[Any]) -> str:
+        return f"goods {order.goods_id}"
