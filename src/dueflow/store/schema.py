@@ -56,6 +56,11 @@ goods = Table(
     Column("reserved_order_id", Id, nullable=True, index=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The goods lists (newest first, keyset on id): what is on sale, a seller's goods on sale,
+    # and a seller's own goods in every status. Each page is one range read of one of these.
+    Index("ix_goods_status_id", "status", "id"),
+    Index("ix_goods_seller_id_status_id", "seller_id", "status", "id"),
+    Index("ix_goods_seller_id_id", "seller_id", "id"),
 )
 
 orders = Table(
@@ -83,6 +88,13 @@ orders = Table(
     Column("cancelled_at", UTCDateTime),
     Column("cancel_reason", String(32)),
     Column("updated_at", UTCDateTime, nullable=False),
+    # A party's orders, newest first (keyset on id), in every status or in one: each page of
+    # GET /api/orders is one range read. (PostgreSQL keeps no id order in the one-column
+    # buyer_id and seller_id indexes, so those alone would sort every order of the party.)
+    Index("ix_orders_buyer_id_id", "buyer_id", "id"),
+    Index("ix_orders_buyer_id_status_id", "buyer_id", "status", "id"),
+    Index("ix_orders_seller_id_id", "seller_id", "id"),
+    Index("ix_orders_seller_id_status_id", "seller_id", "status", "id"),
 )
 
 timers = Table(

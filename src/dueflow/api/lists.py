@@ -1,0 +1,108 @@
+"""The list routes: ``GET /api/goods``, ``GET /api/orders`` and ``GET /api/me``.
+
+Lists are paged by an opaque cursor (:mod:`dueflow.service.lists`): each answer is
+``{"items": [...], "next": CURSOR or null}``; pass ``next`` back as ``after``, with the same
+filters, for the following page. Goods on sale are public to every user; orders are only ever the
+caller's own.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+
+from dueflow.api import auth, routes
+from dueflow.api import schemas as out
+from dueflow.api.schemas import errors
+from dueflow.domain import lifecycle
+from dueflow.domain.lifecycle import OrderStatus
+from dueflow.service import lists
+from dueflow.service.deps import Deps
+
+#: Cursors are URL-safe base64 of a small JSON object; anything else is refused at the edge.
+After = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=400,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="the ``next`` cursor of the page before (omit for the first page)",
+    ),
+]
+PageLimit = Annotated[
+    int, Query(ge=1, le=lists.MAX_LIMIT, description=f"rows per page, at most {lists.MAX_LIMIT}")
+]
+SellerId = Annotated[
+    int | None,
+    Query(
+        ge=1,
+        le=routes.MAX_ID,
+        description="only this seller's goods (the caller's own in every status)",
+    ),
+]
+Flow = Annotated[
+    str | None,
+    Query(
+        max_length=32,
+        description="only orders of this flow",
+        json_schema_extra={"enum": sorted(lifecycle.LIFECYCLES)},
+    ),
+]
+
+
+def _page(page: lists.Page) -> JSONResponse:
+    return routes.answer({"items": page.items, "next": page.next})
+
+
+def router(deps: Deps) -> APIRouter:
+    """The list routes over ``deps``; every one needs a user's bearer token."""
+    api = APIRouter(
+        prefix="/api",
+        dependencies=[Depends(auth.current_user(deps))],
+        responses=errors(401, 413, 503),
+    )
+
+    @api.get("/goods", tags=["goods"], response_model=out.GoodsPage, responses=errors(422))
+    async def list_goods(
+        request: Request,
+        seller_id: SellerId = None,
+        after: After = None,
+        limit: PageLimit = lists.DEFAULT_LIMIT,
+    ) -> JSONResponse:
+        """Goods on sale (held ones too: ``reserved_order_id`` is set), newest first; with
+        ``seller_id`` one seller's, in every status when they are the caller's own."""
+        page = await lists.goods_list(
+            deps, auth.caller(request), seller_id=seller_id, after=after, limit=limit
+        )
+        return _page(page)
+
+    @api.get("/orders", tags=["orders"], response_model=out.OrderPage, responses=errors(422))
+    async def list_orders(
+        request: Request,
+        role: Literal["buyer", "seller"] = "buyer",
+        status: OrderStatus | None = None,
+        flow: Flow = None,
+        after: After = None,
+        limit: PageLimit = lists.DEFAULT_LIMIT,
+    ) -> JSONResponse:
+        """The caller's orders as buyer (or as seller), newest first, optionally in one
+        status and of one flow. Nobody sees another's orders here, admins included."""
+        page = await lists.orders_list(
+            deps,
+            auth.caller(request),
+            role=role,
+            status=status,
+            flow=flow,
+            after=after,
+            limit=limit,
+        )
+        return _page(page)
+
+    @api.get("/me", tags=["users"], response_model=out.MeView)
+    async def me(request: Request) -> JSONResponse:
+        """The caller: id, name, admin flag, and their orders counted as buyer and as seller."""
+        return routes.answer(await lists.me(deps, auth.caller(request)))
+
+    return api
