@@ -1,14 +1,26 @@
 """Settings: one object, built at each entry point from the environment (``DUEFLOW_*``) or a TOML
-file named by ``DUEFLOW_CONFIG_FILE``, and passed in. Nothing reads the environment elsewhere."""
+file named by ``DUEFLOW_CONFIG_FILE``, and passed in. Nothing reads the environment elsewhere.
+
+A ``DUEFLOW_*`` variable that is no setting (a misspelling) is refused, naming the closest one:
+left alone, it would silently leave the setting it meant at its default."""
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -97,11 +109,22 @@ class Settings(BaseSettings):
     #: Sends of one reminder that may each have reached the receiver (no answer) before giving up.
     notifier_max_deliveries: int = Field(default=3, ge=1, le=20)
 
+    #: Where order events are POSTed (docs/events.md); none: the feed only.
+    events_webhook_url: str | None = None
+    events_webhook_secret: str = Field(default="", validate_default=True)
+
     @field_validator("lease", "max_idle", "scan_interval")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
             raise ValueError("must be positive")
+        return value
+
+    @field_validator("events_webhook_secret")
+    @classmethod
+    def _signed(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("events_webhook_url") and not value:
+            raise ValueError("needed to sign what is sent to DUEFLOW_EVENTS_WEBHOOK_URL")
         return value
 
     @model_validator(mode="after")
@@ -148,12 +171,55 @@ class Settings(BaseSettings):
         return deadlines.DeadlinePolicy(by_type=by_type)
 
 
+PREFIX = "DUEFLOW_"
+#: ``DUEFLOW_*`` variables read by dueflow that are not settings: the settings file, the admin
+#: token of ``dueflow demo --url``, and where the browser test keeps its screenshots.
+NOT_SETTINGS = frozenset({"DUEFLOW_CONFIG_FILE", "DUEFLOW_ADMIN_TOKEN", "DUEFLOW_SCREENSHOTS"})
+#: The test suite's own variables (its database, Redis and RabbitMQ URLs).
+TEST_PREFIX = "DUEFLOW_TEST_"
+
+
+def known_variables() -> frozenset[str]:
+    """Every ``DUEFLOW_*`` name dueflow reads (test variables aside), in capitals."""
+    return frozenset(PREFIX + name.upper() for name in Settings.model_fields) | NOT_SETTINGS
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse ``DUEFLOW_*`` variables dueflow does not read. Names are compared in capitals,
+    as the settings read them (``dueflow_pay_timeout`` sets ``pay_timeout`` too).
+
+    Raises:
+        ConfigError: naming each unknown variable and the closest known name, if any is close.
+    """
+    known = known_variables()
+    unknown = sorted(
+        name
+        for name in environ
+        if name.upper().startswith(PREFIX)
+        and name.upper() not in known
+        and not name.upper().startswith(TEST_PREFIX)
+    )
+    if unknown:
+        raise ConfigError("\n".join(_unknown(name, known) for name in unknown))
+
+
+def _unknown(name: str, known: frozenset[str]) -> str:
+    # Compared without the prefix every name shares, which would make any two look alike.
+    rest = {k.removeprefix(PREFIX): k for k in known}
+    close = difflib.get_close_matches(name.upper().removeprefix(PREFIX), sorted(rest), n=1)
+    if close:
+        return f"unknown setting {name}; did you mean {rest[close[0]]}?"
+    return f"unknown setting {name}; docs/configuration.md lists the settings"
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Build the settings from the environment, the TOML file and ``overrides``.
 
     Raises:
-        ConfigError: a setting is invalid; the message names it and says why.
+        ConfigError: a setting is invalid, or a ``DUEFLOW_*`` variable is no setting; the
+            message names it and says why.
     """
+    check_environment(os.environ)
     config_file = os.environ.get("DUEFLOW_CONFIG_FILE")
     if config_file and not Path(config_file).is_file():
         raise ConfigError(f"DUEFLOW_CONFIG_FILE {config_file!r} does not exist")

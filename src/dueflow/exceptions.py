@@ -12,6 +12,7 @@ The tree::
     │   ├── Conflict                 a constraint refused the change (a duplicate, a missing row)
     │   ├── NotFound                 no such user, goods, order or payment
     │   ├── NotAllowed               the caller may not do this (not your order, own goods)
+    │   │   └── NotYourRole          the order's other party does this (a buyer shipping)
     │   ├── InvalidTransition        the order's status does not allow this event
     │   ├── GoodsUnavailable         the goods are held by another order, sold or off sale
     │   ├── PaymentMismatch          a payment's amount differs from what is owed
@@ -92,6 +93,12 @@ class NotAllowed(DomainError):
     """You may not do this."""
 
     code = "not_allowed"
+
+
+class NotYourRole(NotAllowed):
+    """The order is yours, but this is for its other party to do."""
+
+    code = "not_your_role"
 
 
 class InvalidTransition(DomainError):

@@ -41,6 +41,7 @@ STATUS: dict[type[errors.DueflowError], int] = {
     errors.Conflict: 409,
     errors.NotFound: 404,
     errors.NotAllowed: 403,
+    errors.NotYourRole: 403,
     errors.InvalidTransition: 409,
     errors.GoodsUnavailable: 409,
     errors.PaymentMismatch: 409,
@@ -90,8 +91,10 @@ def public_message(exc: errors.DueflowError) -> str:
 
 
 def _hides_order(request: Request, exc: errors.DueflowError) -> re.Match[str] | None:
-    """Someone else's order looks exactly like a missing one, except to an admin."""
-    if not isinstance(exc, errors.NotAllowed):
+    """Someone else's order looks exactly like a missing one, except to an admin. The order's
+    own buyer or seller asking for the other party's action already knows the order: they are
+    told the role it needs (403 ``not_your_role``)."""
+    if not isinstance(exc, errors.NotAllowed) or isinstance(exc, errors.NotYourRole):
         return None
     user = getattr(request.state, "user", None)
     if user is not None and user.is_admin:

@@ -1,5 +1,5 @@
 """The JSON API under ``/api``: goods, orders and what buyers and sellers do to them, and the
-admin routes. Errors are raised as dueflow's own and answered by :mod:`dueflow.api.errors`.
+admin routes (the refund routes are in :mod:`dueflow.api.refunds`). Errors are raised as dueflow's own and answered by :mod:`dueflow.api.errors`.
 
 Each route's ``response_model`` (from :mod:`dueflow.api.schemas`) documents its answer in the
 OpenAPI schema; the JSON itself is built by :func:`answer` (FastAPI passes a returned response
@@ -20,7 +20,7 @@ from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.schemas import errors
 from dueflow.exceptions import NotAllowed, NotFound
-from dueflow.service import accounts, operations, orders, payments, refunds
+from dueflow.service import accounts, operations, orders, payments
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
 from dueflow.store import orders as order_store
@@ -289,33 +289,5 @@ def _admin(deps: Deps) -> APIRouter:
     async def discrepancies(limit: Limit = 100) -> JSONResponse:
         """Recorded payment discrepancies, newest first."""
         return answer(await operations.discrepancies(deps, limit))
-
-    @routes.get("/refunds", response_model=list[out.RefundListItem], responses=errors(422))
-    async def list_refunds(
-        state: Annotated[str | None, Query(max_length=32)] = None,
-        limit: Limit = 100,
-    ) -> JSONResponse:
-        """The newest refunds, optionally in one state."""
-        return answer(await refunds.list_refunds(deps, state=state, limit=limit))
-
-    @routes.post(
-        "/refunds/{refund_id}/approve",
-        response_model=out.RefundState,
-        responses=errors(404, 409, 422),
-    )
-    async def approve(refund_id: Id, request: Request) -> JSONResponse:
-        """Submit a refund in review to its provider."""
-        state = await refunds.approve(deps, refund_id, actor=f"user:{auth.caller(request).id}")
-        return answer({"id": refund_id, "state": state})
-
-    @routes.post(
-        "/refunds/{refund_id}/retry",
-        response_model=out.RefundState,
-        responses=errors(404, 409, 422),
-    )
-    async def retry(refund_id: Id, request: Request) -> JSONResponse:
-        """Submit a failed refund again, with the same refund number."""
-        state = await refunds.retry(deps, refund_id, actor=f"user:{auth.caller(request).id}")
-        return answer({"id": refund_id, "state": state})
 
     return routes

@@ -19,6 +19,7 @@ from dueflow.exceptions import (
     InvalidTransition,
     NotAllowed,
     NotFound,
+    NotYourRole,
     ProviderUnavailable,
 )
 from dueflow.payments.base import CloseResult
@@ -134,10 +135,13 @@ async def _own_order(
     order = await orders.get(conn, order_id, for_update=lock)
     if order is None:
         raise NotFound(f"no order {order_id}")
-    owner = order.buyer_id if role == "buyer" else order.seller_id
-    if owner != user_id:
-        raise NotAllowed(f"order {order_id} is not yours as {role}")
-    return order
+    parties = {"buyer": order.buyer_id, "seller": order.seller_id}
+    if parties[role] == user_id:
+        return order
+    other = "seller" if role == "buyer" else "buyer"
+    if parties[other] == user_id:  # the other party knows the order: say whose action this is
+        raise NotYourRole(f"only the {role} of order {order_id} may do this; you are its {other}")
+    raise NotAllowed(f"order {order_id} is not yours as {role}")
 
 
 def _refuse(order: Row[Any], event: OrderEvent) -> InvalidTransition:
@@ -151,7 +155,8 @@ async def cancel_by_buyer(deps: Deps, *, order_id: int, user_id: int) -> None:
     """The buyer cancels an unpaid order: trades are closed at the provider first.
 
     Raises:
-        NotFound, NotAllowed, InvalidTransition: as the names say; InvalidTransition also when
+        NotFound, NotAllowed, InvalidTransition: as the names say (NotYourRole, a NotAllowed,
+            when the caller is the order's seller); InvalidTransition also when
             the trade turns out to be paid (the order is then pending shipment).
         ProviderUnavailable: the provider's answer is unknown; try again.
     """
@@ -196,7 +201,8 @@ async def ship(deps: Deps, *, order_id: int, user_id: int, carrier: str, trackin
 
     Raises:
         InvalidInput: empty or overlong carrier or tracking number.
-        NotFound, NotAllowed, InvalidTransition: as the names say.
+        NotFound, NotAllowed, InvalidTransition: as the names say (NotYourRole, a NotAllowed,
+            when the caller is the order's buyer).
     """
     carrier, tracking_no = _label(carrier, "carrier"), _label(tracking_no, "tracking number")
     now = deps.clock.now()
@@ -278,7 +284,8 @@ async def confirm_receipt(deps: Deps, *, order_id: int, user_id: int) -> None:
     """The buyer confirms receipt: the review deadline starts.
 
     Raises:
-        NotFound, NotAllowed, InvalidTransition: as the names say.
+        NotFound, NotAllowed, InvalidTransition: as the names say (NotYourRole, a NotAllowed,
+            when the caller is the order's seller).
     """
     now = deps.clock.now()
     async with deps.db.write() as conn:

@@ -3,6 +3,11 @@
 pending_review -> (operator approves) processing -> succeeded | failed; failed -> (operator
 retries) processing. While a refund is processing, a ``refund_check`` timer asks the provider
 until it is final, and submits it again (same number) while the provider does not know it.
+
+A refund the provider failed for good waits in ``failed`` for an operator: nothing submits it
+again by itself. The operator retries it, rejects it (with a reason: no money goes back) or
+records it settled off-line (with a reference, a bank transfer's number say); the last two are
+open to a refund in review too, and are final (:data:`CLOSABLE`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Row
 
+from dueflow.domain import text
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import InvalidInput, InvalidTransition, NotFound
 from dueflow.payments.base import RefundOutcome, RefundRequest, RefundResult
@@ -24,12 +30,26 @@ from dueflow.store.payments import (
     REFUND_FAILED,
     REFUND_PENDING_REVIEW,
     REFUND_PROCESSING,
+    REFUND_REJECTED,
+    REFUND_SETTLED_OFFLINE,
     REFUND_SUCCEEDED,
 )
 from dueflow.store.timers import Claimed
 
 log = logging.getLogger(__name__)
-STATES = (REFUND_PENDING_REVIEW, REFUND_PROCESSING, REFUND_SUCCEEDED, REFUND_FAILED)
+STATES = (
+    REFUND_PENDING_REVIEW,
+    REFUND_PROCESSING,
+    REFUND_SUCCEEDED,
+    REFUND_FAILED,
+    REFUND_REJECTED,
+    REFUND_SETTLED_OFFLINE,
+)
+#: The states an operator may close a refund from (reject, settle off-line): never a
+#: processing one, whose money may be on its way back through the provider.
+CLOSABLE = (REFUND_PENDING_REVIEW, REFUND_FAILED)
+#: How long an operator's reason or reference may be (the API's limit too).
+NOTE_LENGTH = 200
 FINAL = {RefundResult.SUCCEEDED: REFUND_SUCCEEDED, RefundResult.FAILED: REFUND_FAILED}
 #: Status answers after which the refund is submitted again, with the same number.
 RESUBMIT = frozenset({RefundResult.NOT_FOUND, RefundResult.UNKNOWN})
@@ -201,3 +221,68 @@ async def check_refunds(deps: Deps, batch: Sequence[Claimed]) -> None:
         await timers.finish_or_retry(
             conn, batch, pending, done="refunds final", error="refund still processing", now=now
         )
+
+
+async def reject(deps: Deps, refund_id: int, *, reason: str, actor: str = "operator") -> str:
+    """An operator rejects a refund in review or failed: no money goes back. Final; the reason
+    is the order event's detail. Returns the refund's state (``rejected``).
+
+    Raises:
+        InvalidInput: the reason is empty, over 200 characters or not one line of text.
+        NotFound: no such refund.
+        InvalidTransition: the refund is not in review or failed.
+    """
+    note = _note(reason, "reason")
+    return await _close(deps, refund_id, to=REFUND_REJECTED, detail=note, actor=actor)
+
+
+async def settle_offline(
+    deps: Deps, refund_id: int, *, reference: str, actor: str = "operator"
+) -> str:
+    """An operator records a refund in review or failed as paid back outside dueflow (a bank
+    transfer, say). Final; the reference is the order event's detail. Returns the refund's
+    state (``settled_offline``).
+
+    Raises:
+        InvalidInput: the reference is empty, over 200 characters or not one line of text.
+        NotFound: no such refund.
+        InvalidTransition: the refund is not in review or failed.
+    """
+    note = _note(reference, "reference")
+    return await _close(deps, refund_id, to=REFUND_SETTLED_OFFLINE, detail=note, actor=actor)
+
+
+def _note(value: str, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"a {what} is text")
+    value = value.strip()
+    if not 1 <= len(value) <= NOTE_LENGTH:
+        raise InvalidInput(f"a {what} is 1-{NOTE_LENGTH} characters")
+    problem = text.refused_character(value)
+    if problem is not None:
+        raise InvalidInput(f"the {what} {problem}")
+    return value
+
+
+async def _close(deps: Deps, refund_id: int, *, to: str, detail: str, actor: str) -> str:
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        row = await payments.refund_by_id(conn, refund_id, for_update=True)
+        if row is None:
+            raise NotFound(f"no refund {refund_id}")
+        if row.state not in CLOSABLE or not await payments.close_refund(
+            conn, refund_id, expected=row.state, to=to, now=now
+        ):
+            raise InvalidTransition(
+                f"refund {refund_id} is {row.state}, not {' or '.join(CLOSABLE)}",
+                status=row.state,
+            )
+        await orders.record_events(
+            conn,
+            [row.order_id],
+            event=f"refund_{to}",
+            actor=actor,
+            now=now,
+            detail=f"{row.refund_no} {row.amount}: {detail}",
+        )
+    return to

@@ -18,8 +18,11 @@
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("main");
         var main = document.getElementById("main");
-        // Never move rows under an operator about to press a button: try again later.
-        if (main && (main.querySelector("form:hover") || main.contains(document.activeElement))) {
+        // Never move rows under an operator about to press a button, nor drop a reason they
+        // have typed and not sent yet: try again later.
+        if (main && (main.querySelector("form:hover") || main.contains(document.activeElement) ||
+            Array.prototype.some.call(main.querySelectorAll("form input[type=text]"),
+              function (field) { return field.value !== ""; }))) {
           schedule();
           return;
         }
