@@ -47,6 +47,15 @@ class Deps:
     trigger_errors: int = 0
     metrics: Metrics = field(default_factory=Metrics)
 
+    def __post_init__(self) -> None:
+        # Errors a trigger handles itself (a claim that failed while waiting) are counted in
+        # this process's metrics, however the Deps was built.
+        self.trigger.count_errors(self._trigger_failed)
+        self.metrics.watch_trigger(self.trigger.scheme)
+
+    def _trigger_failed(self, operation: str) -> None:
+        self.metrics.trigger_failed(self.trigger.scheme, operation)
+
     async def arm(self, armed: Sequence[Armed]) -> None:
         """Tell the trigger about committed timers. Trigger trouble never fails the caller: the
         timer row is the truth and the scanner fires it within its interval."""
@@ -56,6 +65,25 @@ class Deps:
             await self.trigger.armed(armed)
         except Exception:
             self.trigger_errors += 1
+            self._trigger_failed("arm")
             log.exception(
                 "trigger failed to arm %d timers; the scanner will cover them", len(armed)
             )
+
+    async def ack(self, timer_ids: Sequence[int]) -> None:
+        """Acknowledge delivered timers to the trigger; a failure is counted and raised (the
+        trigger delivers them again and the claim drops those already done)."""
+        try:
+            await self.trigger.ack(timer_ids)
+        except Exception:
+            self._trigger_failed("ack")
+            raise
+
+    async def feed(self, timers: Sequence[Armed]) -> None:
+        """Hand the trigger timers within its horizon (the feeder); a failure is counted and
+        raised (the feeder's next pass and the scanner cover them)."""
+        try:
+            await self.trigger.feed(timers)
+        except Exception:
+            self._trigger_failed("feed")
+            raise

@@ -7,7 +7,7 @@ interval), never a deadline: the timers table is the truth.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from dueflow.clock import Clock
@@ -24,6 +24,10 @@ class Trigger(ABC):
     #: Only timers due within this horizon are handed to the trigger (by :meth:`armed` and by
     #: the feeder); None when the trigger needs no feeding.
     horizon: timedelta | None = None
+
+    #: Told the operation each time the trigger handles an error of its backend itself
+    #: (:meth:`wait` logs and pauses); :meth:`count_errors` sets it.
+    _error_counter: Callable[[str], None] | None = None
 
     @classmethod
     @abstractmethod
@@ -60,6 +64,15 @@ class Trigger(ABC):
         then, all of them again, to recover what the trigger lost). Same contract as
         :meth:`armed`."""
         await self.armed(timers)
+
+    def count_errors(self, counter: Callable[[str], None]) -> None:
+        """Have ``counter(operation)`` called for each error the trigger handles itself."""
+        self._error_counter = counter
+
+    def _handled_error(self, operation: str) -> None:
+        """Backends call this where they swallow an error of their own (for the metrics)."""
+        if self._error_counter is not None:
+            self._error_counter(operation)
 
     async def ping(self) -> None:  # noqa: B027 - optional hook
         """Check that the trigger's backend answers (``/readyz`` asks); a trigger with no

@@ -616,6 +616,7 @@ class RabbitTrigger(Trigger):
         try:
             return await self._wait(clock, until, start_gen)
         except Exception as exc:
+            self._handled_error("wait")
             if isinstance(exc, _TROUBLE):
                 log.warning("rabbitmq trigger cannot consume: %s", exc)
             else:

@@ -268,6 +268,7 @@ class RedisTrigger(Trigger):
             return await self.claim(clock.now())
         except REDIS_ERRORS as exc:
             self.errors += 1
+            self._handled_error("wait")
             log.warning("redis trigger unavailable (%s); the scanner covers due timers", exc)
             await clock.sleep_until(min(until, clock.now() + ERROR_PAUSE), event)
             return []

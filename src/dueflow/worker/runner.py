@@ -63,6 +63,7 @@ class Worker:
             by_kind[timer.kind].append(timer)
         self.stats.claimed += len(claimed)
         self.stats.batches += 1
+        self.deps.metrics.batch_size.observe(len(claimed))
         async with self._holding(claimed):
             await asyncio.gather(*(self._run_kind(kind, group) for kind, group in by_kind.items()))
         if not self.deps.trigger.polls_database:
@@ -75,7 +76,8 @@ class Worker:
             kind.value, [(t.deadline_at, t.attempts) for t in group], self.deps.clock.now()
         )
         try:
-            await self.handlers[kind](self.deps, group)
+            with metrics.handler_duration.labels(kind.value).time():
+                await self.handlers[kind](self.deps, group)
         except Exception as exc:
             self.stats.failed_batches += 1
             metrics.fired.labels(kind.value, "failed").inc(len(group))
@@ -270,11 +272,11 @@ class Worker:
         delivered = list(ids)
         claimed = await self._claim_ids(delivered)
         if claimed:
-            batch = self._start(claimed, lane, then=lambda: deps.trigger.ack(delivered))
+            batch = self._start(claimed, lane, then=lambda: deps.ack(delivered))
             await asyncio.wait({batch}, timeout=DETACH_AFTER)
             return
         lane.release()
-        await deps.trigger.ack(delivered)
+        await deps.ack(delivered)
 
 
 class _Lane:
@@ -324,6 +326,6 @@ async def feed_between(worker: Worker, since: datetime | None, until: datetime) 
             )
         if not page:
             return fed
-        await deps.trigger.feed(page)
+        await deps.feed(page)
         fed += len(page)
         after = (page[-1].due_at, page[-1].id)

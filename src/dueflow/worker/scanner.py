@@ -27,8 +27,10 @@ class ScanReport:
 
 async def scan_once(worker: Worker, stop: asyncio.Event | None = None) -> ScanReport:
     """One pass: walk by (due_at, id) up to a cutoff fixed at the start, in batches, past
-    failures. Once ``stop`` is set the pass ends after the batch in progress."""
+    failures. Once ``stop`` is set the pass ends after the batch in progress. Counted in
+    ``dueflow_scanner_{passes,claimed,errors}_total``."""
     deps = worker.deps
+    metrics = deps.metrics
     report = ScanReport()
     started = time.perf_counter()
     now = deps.clock.now()
@@ -48,6 +50,7 @@ async def scan_once(worker: Worker, stop: asyncio.Event | None = None) -> ScanRe
                 )
         except Exception:
             report.errors += 1
+            metrics.scanner_errors.inc()
             log.exception("scanner could not claim; ending this pass")
             break
         if after is None:
@@ -55,9 +58,11 @@ async def scan_once(worker: Worker, stop: asyncio.Event | None = None) -> ScanRe
         if claimed:
             report.claimed += len(claimed)
             report.batches += 1
+            metrics.scanner_claimed.inc(len(claimed))
             await worker.run_batch(claimed)
     report.failed_batches = worker.stats.failed_batches - failed_before
     report.seconds = time.perf_counter() - started
+    metrics.scanner_passes.inc()
     if report.claimed:
         log.warning("scanner fired %d missed timers in %d batches", report.claimed, report.batches)
     return report

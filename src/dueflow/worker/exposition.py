@@ -1,0 +1,73 @@
+"""/metrics for a worker process (``dueflow worker --metrics-port``): the process's own
+registry (handler time, batch sizes, trigger errors, the scanner's finds, lateness) and the
+gauges read from the database, exactly as ``dueflow serve`` exposes them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from dueflow.exceptions import ConfigError, DueflowError
+from dueflow.service import report
+from dueflow.service.deps import Deps
+
+log = logging.getLogger(__name__)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket for /metrics; port 0 takes any free port (read it back with
+    ``getsockname()``).
+
+    Raises:
+        ConfigError: the address cannot be listened on (in use, not this machine's).
+    """
+    try:
+        return socket.create_server((host, port))
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
+
+
+def metrics_app(deps: Deps) -> FastAPI:
+    """An app answering GET /metrics in the Prometheus text format."""
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        try:
+            deps.metrics.record_snapshot(await report.snapshot(deps))
+        except DueflowError as exc:
+            # The process's own counters still tell what is wrong (trigger and scanner errors);
+            # the database gauges keep the values of the last scrape that could read them.
+            log.warning("metrics: database gauges not refreshed (%s)", exc.message)
+        return Response(deps.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+async def serve_metrics(deps: Deps, sock: socket.socket, stop: asyncio.Event) -> None:
+    """Serve /metrics on ``sock`` until ``stop`` is set."""
+    config = uvicorn.Config(
+        metrics_app(deps), lifespan="off", log_level="warning", access_log=False
+    )
+    server = _Server(config)
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    server.should_exit = True
+    stopping.cancel()
+    await serving
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the worker's handlers stop it with the rest."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
