@@ -19,7 +19,7 @@ from dueflow.exceptions import InvalidInput, InvalidTransition
 S = OrderStatus
 E = OrderEvent
 
-# The table of DESIGN.md ("The order life"), written out independently of the code.
+# The table of docs/design.md ("The order life"), written out independently of the code.
 EXPECTED: dict[tuple[OrderStatus, OrderEvent], OrderStatus] = {
     (S.PENDING_PAYMENT, E.PAY): S.PENDING_SHIPMENT,
     (S.PENDING_PAYMENT, E.BUYER_CANCEL): S.CANCELLED_UNPAID,
