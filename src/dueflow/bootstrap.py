@@ -17,6 +17,7 @@ from dueflow.exceptions import ConfigError
 from dueflow.locks import Bypasses, Locks, NoLocks, RedisLocks
 from dueflow.metrics import Metrics
 from dueflow.notifiers.base import Notifier
+from dueflow.notifiers.event_webhook import EventWebhook
 from dueflow.notifiers.log import LogNotifier
 from dueflow.notifiers.webhook import WebhookNotifier
 from dueflow.payments.alipay.provider import AlipayProvider
@@ -47,6 +48,18 @@ def build_notifier(settings: Settings) -> Notifier:
             max_deliveries=settings.notifier_max_deliveries,
         )
     return LogNotifier()
+
+
+def build_event_webhook(
+    settings: Settings, *, client: httpx.AsyncClient | None = None
+) -> EventWebhook | None:
+    """The events webhook when ``DUEFLOW_EVENTS_WEBHOOK_URL`` is set (the worker's processes
+    deliver to it), signing with ``DUEFLOW_EVENTS_WEBHOOK_SECRET`` (required with the URL)."""
+    if not settings.events_webhook_url:
+        return None
+    return EventWebhook(
+        url=settings.events_webhook_url, secret=settings.events_webhook_secret, client=client
+    )
 
 
 ALIPAY_SETTINGS = ("app_id", "seller_id", "app_private_key", "public_key")

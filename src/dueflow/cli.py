@@ -16,7 +16,7 @@ from dueflow import bootstrap, render
 from dueflow.config import Settings, load_settings
 from dueflow.domain import text
 from dueflow.exceptions import ConfigError, DomainError, DueflowError
-from dueflow.service import accounts, orders, payments, refunds, report
+from dueflow.service import accounts, events, orders, payments, refunds, report
 from dueflow.service.deps import Deps
 from dueflow.store import migrate as migrations
 from dueflow.store.db import Database
@@ -30,7 +30,9 @@ users_app = typer.Typer(no_args_is_help=True, help="Manage users.")
 goods_app = typer.Typer(no_args_is_help=True, help="Put goods on sale.")
 orders_app = typer.Typer(no_args_is_help=True, help="Place and inspect orders.")
 payments_app = typer.Typer(no_args_is_help=True, help="Record payments.")
-refunds_app = typer.Typer(no_args_is_help=True, help="Review, approve and retry refunds.")
+refunds_app = typer.Typer(
+    no_args_is_help=True, help="Review refunds: approve, retry, reject, settle off-line."
+)
 app.add_typer(users_app, name="users")
 app.add_typer(goods_app, name="goods")
 app.add_typer(orders_app, name="orders")
@@ -45,7 +47,7 @@ def _settings(**overrides: Any) -> Settings:
     try:
         return load_settings(**overrides)
     except ConfigError as exc:
-        err.print(f"[red]error:[/red] {exc.message}")
+        err.print(f"[red]error:[/red] {exc.message}", soft_wrap=True)  # one line to grep
         raise typer.Exit(2) from None
 
 
@@ -55,7 +57,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return asyncio.run(coro)
     except (ConfigError, DomainError) as exc:
-        err.print(f"[red]error:[/red] {exc.message}")
+        err.print(f"[red]error:[/red] {exc.message}", soft_wrap=True)
         raise typer.Exit(2) from None
     except DueflowError as exc:
         err.print(f"[red]error:[/red] {exc.message}")
@@ -296,6 +298,32 @@ def refunds_retry(refund_id: int) -> None:
     out.print(f"refund {refund_id} {state}")
 
 
+@refunds_app.command("reject")
+def refunds_reject(
+    refund_id: int,
+    reason: str = typer.Option(
+        ..., help="Why (1-200 characters): no money goes back.", callback=_line
+    ),
+) -> None:
+    """Reject a refund in review or failed, with a reason (final)."""
+    state = _run(_with_deps(_settings(), lambda d: refunds.reject(d, refund_id, reason=reason)))
+    out.print(f"refund {refund_id} {state}")
+
+
+@refunds_app.command("settle-offline")
+def refunds_settle_offline(
+    refund_id: int,
+    reference: str = typer.Option(
+        ..., help="The bank transfer's (or receipt's) reference, 1-200 characters.", callback=_line
+    ),
+) -> None:
+    """Record a refund in review or failed as paid back outside dueflow (final)."""
+    state = _run(
+        _with_deps(_settings(), lambda d: refunds.settle_offline(d, refund_id, reference=reference))
+    )
+    out.print(f"refund {refund_id} {state}")
+
+
 @app.command()
 def scan() -> None:
     """Run one scanner pass: fire timers the trigger missed and claims whose lease expired."""
@@ -321,14 +349,21 @@ def status() -> None:
 def worker(
     concurrency: int = typer.Option(1, min=1, max=64, help="Concurrent claim loops."),
     no_scanner: bool = typer.Option(False, "--no-scanner", help="Do not run the scanner here."),
+    metrics_port: int | None = typer.Option(
+        None, min=0, max=65535, help="Serve /metrics on this TCP port (0: any free one)."
+    ),
+    metrics_host: str = typer.Option("127.0.0.1", help="Interface /metrics listens on."),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
     """Run timers as they come due, and the scanner, until SIGINT or SIGTERM."""
+    from dueflow.worker import exposition
+
     settings = _settings()
     _logging(verbose, settings)
 
     async def go(deps: Deps) -> None:
         await migrations.require_head(deps.db)  # exits 2 over a schema not migrated
+        sock = None if metrics_port is None else exposition.listen(metrics_host, metrics_port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -343,6 +378,10 @@ def worker(
         if not no_scanner:
             tasks.append(asyncio.create_task(run_scanner(runner, stop)))
         tasks.append(asyncio.create_task(run_feeder(runner, stop)))
+        tasks += events.start(deps, bootstrap.build_event_webhook(settings), stop)
+        if sock is not None:
+            tasks.append(asyncio.create_task(exposition.serve_metrics(deps, sock, stop)))
+            err.print(f"metrics on http://{metrics_host}:{sock.getsockname()[1]}/metrics")
         err.print(f"worker {runner.name} running ({concurrency} loops); Ctrl-C stops")
         await asyncio.gather(*tasks)
         err.print(f"worker stopped after {runner.stats.claimed} timers")

@@ -1,18 +1,34 @@
-"""Prometheus metrics, in a registry of dueflow's own (built per process, never at import)."""
+"""Prometheus metrics, in a registry of dueflow's own (built per process, never at import).
+
+Names follow Prometheus' conventions: base units in the name (``_seconds``), counters end in
+``_total``, gauges and histograms of counts carry no suffix. ``dueflow serve`` and
+``dueflow worker --metrics-port`` expose the same registry at /metrics.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+if TYPE_CHECKING:
+    from dueflow.service.report import Snapshot
+
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900)
+#: A handler's time over its share of a batch: milliseconds of database work up to a
+#: provider's timeout.
+HANDLER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+#: What a worker asks of its trigger: arm (publish), wait (claim), ack, feed.
+TRIGGER_OPERATIONS = ("arm", "wait", "ack", "feed")
+#: Timers claimed per batch: one delivered id up to the largest ``max_batch_size``.
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 
 class Metrics:
-    """What operators watch: timer lateness and outcomes, notifications, alarms, HTTP latency,
-    locks skipped."""
+    """What operators watch: timer lateness, outcomes, handler time and batch sizes, trigger
+    errors, the scanner's finds, notifications, alarms, HTTP latency, locks skipped."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -37,7 +53,7 @@ class Metrics:
             registry=r,
         )
         self.http_latency = Histogram(
-            "dueflow_http_request_seconds",
+            "dueflow_http_request_duration_seconds",
             "HTTP request latency.",
             ["method", "route", "status"],
             registry=r,
@@ -50,10 +66,87 @@ class Metrics:
         self.refunds = Gauge("dueflow_refunds", "Refunds by state.", ["state"], registry=r)
         self.orders = Gauge("dueflow_orders", "Orders by status.", ["status"], registry=r)
         self.lock_bypassed = Counter(
-            "dueflow_lock_bypassed",
+            "dueflow_lock_bypassed_total",
             "Goods and order locks skipped because Redis was unreachable (the database decided).",
             registry=r,
         )
+        self._timer_metrics(r)
+        self._scanner_metrics(r)
+        self._event_metrics(r)
+
+    def _timer_metrics(self, r: CollectorRegistry) -> None:
+        self.handler_duration = Histogram(
+            "dueflow_timer_handler_duration_seconds",
+            "Time a kind's handler took over its share of one batch.",
+            ["kind"],
+            buckets=HANDLER_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "dueflow_timer_batch_size",
+            "Timers claimed per batch (claim loop, delivered ids and scanner alike).",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.trigger_errors = Counter(
+            "dueflow_trigger_errors_total",
+            "Trigger operations that failed (arm, wait, ack, feed); the scanner covers their timers.",
+            ["trigger", "operation"],
+            registry=r,
+        )
+
+    def _scanner_metrics(self, r: CollectorRegistry) -> None:
+        self.scanner_passes = Counter(
+            "dueflow_scanner_passes_total", "Scanner passes run.", registry=r
+        )
+        self.scanner_claimed = Counter(
+            "dueflow_scanner_claimed_total",
+            "Timers the scanner claimed: missed by the trigger or left by a stopped worker.",
+            registry=r,
+        )
+        self.scanner_errors = Counter(
+            "dueflow_scanner_errors_total",
+            "Scanner passes ended early because the timers could not be claimed.",
+            registry=r,
+        )
+
+    def watch_trigger(self, trigger: str) -> None:
+        """Expose the ``trigger``'s error counters at 0 from the start, so the first error is an
+        increase (a series born at 1 looks flat to ``rate`` and ``increase``)."""
+        for operation in TRIGGER_OPERATIONS:
+            self.trigger_errors.labels(trigger, operation)
+
+    def _event_metrics(self, r: CollectorRegistry) -> None:
+        self.events_backlog = Gauge(
+            "dueflow_events_backlog",
+            "Order events the events webhook has not delivered yet (0 without a webhook).",
+            registry=r,
+        )
+        self.event_deliveries = Counter(
+            "dueflow_event_deliveries_total",
+            "Events webhook deliveries by outcome: delivered, replayed (an operator's replay) "
+            "or failed (tried again with backoff).",
+            ["outcome"],
+            registry=r,
+        )
+
+    def trigger_failed(self, trigger: str, operation: str) -> None:
+        """One ``operation`` of the ``trigger`` (its URL scheme) failed."""
+        self.trigger_errors.labels(trigger, operation).inc()
+
+    def record_snapshot(self, snapshot: Snapshot) -> None:
+        """Set the gauges read from the database (each scrape takes a fresh snapshot)."""
+        self.overdue.set(snapshot.overdue)
+        self.stuck.set(snapshot.stuck)
+        self.discrepancies.set(snapshot.discrepancies)
+        # A state or status left by its last refund or order is dropped, not kept at its count.
+        self.refunds.clear()
+        self.orders.clear()
+        for state, count in snapshot.refunds.items():
+            self.refunds.labels(state).set(count)
+        for status, count in snapshot.orders.items():
+            self.orders.labels(status).set(count)
+        self.events_backlog.set(snapshot.event_backlog)
 
     def claimed(self, kind: str, deadlines: Sequence[tuple[datetime, int]], now: datetime) -> None:
         """A worker took timers of ``kind``: (deadline, attempts) each."""

@@ -18,7 +18,7 @@ from dueflow.config import Settings, load_settings
 from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator.app import create_app as create_simulator
 from dueflow.payments.simulator.app import simulator_of
-from dueflow.service import accounts
+from dueflow.service import accounts, events
 from dueflow.service.deps import Deps
 from dueflow.store import migrate
 from dueflow.worker.runner import Worker, run_feeder
@@ -81,6 +81,7 @@ async def serve(
                     asyncio.create_task(run_scanner(runner, stop)),
                     asyncio.create_task(run_feeder(runner, stop)),
                 ]
+                tasks += events.start(deps, bootstrap.build_event_webhook(settings), stop)
             console.print(f"dueflow serving on {base_url} (worker {'on' if worker else 'off'})")
             if simulator is not None:
                 console.print(

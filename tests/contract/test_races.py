@@ -233,7 +233,9 @@ async def settled(deps: Deps, order_id: int, goods_id: int) -> str:
         assert unpaid.state == "cancelled" or (
             unpaid.state == "done" and unpaid.outcome == "skipped: order is cancelled_unpaid"
         ), unpaid
-    assert seen == Counter({"place": 1, order.cancel_reason: 1, "late_payment_refund": 1})
+    assert seen == Counter(
+        {"place": 1, order.cancel_reason: 1, "released": 1, "discrepancy": 1, "refund_created": 1}
+    )
     return str(order.cancel_reason)
 
 
@@ -317,7 +319,7 @@ async def test_same_timer_delivered_ten_times_at_once_cancels_once(world, settin
         assert (unpaid.state, unpaid.outcome, unpaid.attempts) == ("done", "cancelled", 1)
         assert unpaid.done_at == now
         assert tmrs["pay_reminder"].state == "cancelled"
-        assert await events(world.deps, order_id) == Counter(place=1, pay_timeout=1)
+        assert await events(world.deps, order_id) == Counter(place=1, pay_timeout=1, released=1)
     await assert_invariants(world.deps)
 
 
@@ -361,7 +363,7 @@ async def test_overlapping_deliveries_scans_and_drains_act_once_per_timer(world,
     for order_id, goods_id in placed:
         assert (await order_row(world.deps, order_id)).status == "cancelled_unpaid"
         assert (await goods_row(world.deps, goods_id)).reserved_order_id is None
-        assert await events(world.deps, order_id) == Counter(place=1, pay_timeout=1)
+        assert await events(world.deps, order_id) == Counter(place=1, pay_timeout=1, released=1)
     await assert_invariants(world.deps)
 
 
@@ -482,7 +484,9 @@ async def test_ship_seller_cancel_and_ship_timeout_at_once_exactly_one_wins(worl
                 unshipped.state == "done"
                 and unshipped.outcome == "skipped: order is cancelled_unshipped"
             ), unshipped
-        assert seen == Counter({"place": 1, "pay": 1, order.cancel_reason: 1})
+        assert seen == Counter(
+            {"place": 1, "pay": 1, order.cancel_reason: 1, "released": 1, "refund_created": 1}
+        )
     await assert_invariants(world.deps)
 
 

@@ -84,7 +84,7 @@ async def test_the_order_life_over_http(server, people):
     await bob.status_becomes(paid["id"], "pending_shipment")
 
     cancelled = await bob.status_becomes(unpaid["id"], "cancelled_unpaid")
-    assert [e["event"] for e in cancelled["timeline"]][-1] == "pay_timeout"
+    assert [e["event"] for e in cancelled["timeline"]][-2:] == ["pay_timeout", "released"]
     goods = await alice.call("GET", f"/api/goods/{kite['id']}")
     assert (goods["status"], goods["reserved_order_id"]) == ("on_sale", None)
     again = await alice.call("GET", f"/api/goods/{lamp['id']}")

@@ -53,6 +53,7 @@ from dueflow.exceptions import (
     InvalidInput,
     InvalidTransition,
     NotAllowed,
+    NotYourRole,
     PaymentMismatch,
 )
 from dueflow.notifiers.base import Notifier, Reminder
@@ -153,7 +154,7 @@ class Model:
     goods: dict[int, MGoods]
     orders: dict[int, MOrder] = field(default_factory=dict)
 
-    # transitions, as DESIGN.md's table says
+    # transitions, as the table of docs/design.md says
 
     def cancel_scheduled(self, order: MOrder) -> None:
         for kind, (state, due) in order.timers.items():
@@ -170,7 +171,7 @@ class Model:
         assert (item.status, item.holder) == ("on_sale", order.id)
         item.holder = None
         self.cancel_scheduled(order)
-        order.events.append(reason)
+        order.events += [reason, "released"]
 
     def pay(self, order: MOrder) -> str:
         order.paid_attempts += 1
@@ -185,16 +186,17 @@ class Model:
         kind = "paid_after_cancel" if order.status in CANCELLED else "paid_twice"
         order.discrepancies.append(kind)
         order.refunds += 1
-        order.events.append("late_payment_refund")
+        order.events += ["discrepancy", "refund_created"]
         return "refund"
 
     def cancel_unshipped(self, order: MOrder, reason: str) -> None:
         order.status, order.cancel_reason = "cancelled_unshipped", reason
         item = self.goods[order.goods]
         item.status, item.holder = "off_sale", None
+        created = order.paid_attempts - order.refunds
         order.refunds = order.paid_attempts  # every paid attempt is refunded, once
         self.cancel_scheduled(order)
-        order.events.append(reason)
+        order.events += [reason, "released"] + ["refund_created"] * created
 
     def ship(self, order: MOrder) -> None:
         order.status = "shipped"
@@ -380,8 +382,8 @@ def structural_invariants(engine: Engine) -> None:
 
 
 async def promises(deps: Deps, *, drained: bool) -> None:
-    """dueflow's own check of DESIGN.md's promises; "no order past its deadline" only counts
-    once the worker has drained."""
+    """dueflow's own check of the promises of docs/design.md; "no order past its deadline" only
+    counts once the worker has drained."""
     result = await check_invariants(deps, tolerance_seconds=0)
     if not drained:
         result.past_deadline = []
@@ -391,6 +393,12 @@ async def promises(deps: Deps, *, drained: bool) -> None:
 # --- the machine ------------------------------------------------------------------------------
 
 _numbers = itertools.count()
+
+
+def not_yours(o: Any, user_id: int) -> type[Exception]:
+    """The refusal of another party's action: the order's other party is told the role it
+    needs (NotYourRole), anyone else learns only that it is not theirs (NotAllowed)."""
+    return NotYourRole if user_id in (o.buyer, o.seller) else NotAllowed
 
 
 class OrderLife(RuleBasedStateMachine):
@@ -517,7 +525,7 @@ class OrderLife(RuleBasedStateMachine):
         o = self.order(pick, fitting, "pending_payment")
         user_id = self.user(o.buyer, other)
         if user_id != o.buyer:
-            expected: type[Exception] | None = NotAllowed
+            expected: type[Exception] | None = not_yours(o, user_id)
         elif o.status != "pending_payment":
             expected = InvalidTransition
         else:
@@ -546,7 +554,7 @@ class OrderLife(RuleBasedStateMachine):
         o = self.order(pick, fitting, "pending_shipment")
         user_id = self.user(o.seller, other)
         if user_id != o.seller:
-            expected: type[Exception] | None = NotAllowed
+            expected: type[Exception] | None = not_yours(o, user_id)
         elif o.status != "pending_shipment":
             expected = InvalidTransition
         else:
@@ -564,7 +572,7 @@ class OrderLife(RuleBasedStateMachine):
         o = self.order(pick, fitting, "pending_shipment")
         user_id = self.user(o.seller, other)
         if user_id != o.seller:
-            expected: type[Exception] | None = NotAllowed
+            expected: type[Exception] | None = not_yours(o, user_id)
         elif o.status != "pending_shipment":
             expected = InvalidTransition
         else:
@@ -579,7 +587,7 @@ class OrderLife(RuleBasedStateMachine):
         o = self.order(pick, fitting, "shipped")
         user_id = self.user(o.buyer, other)
         if user_id != o.buyer:
-            expected: type[Exception] | None = NotAllowed
+            expected: type[Exception] | None = not_yours(o, user_id)
         elif o.status != "shipped":
             expected = InvalidTransition
         else:

@@ -208,9 +208,11 @@ async def test_buyer_cancel_releases_goods_and_cancels_timers(world):
         "pay_reminder": "cancelled",
     }
     assert [(p["state"], p["handled_at"]) for p in view["payments"]] == [("closed", now)]
-    assert view["timeline"][-1]["event"] == "buyer_cancel"
-    assert view["timeline"][-1]["from_status"] == "pending_payment"
-    assert view["timeline"][-1]["to_status"] == "cancelled_unpaid"
+    cancelled, released = view["timeline"][-2:]
+    assert cancelled["event"] == "buyer_cancel"
+    assert cancelled["from_status"] == "pending_payment"
+    assert cancelled["to_status"] == "cancelled_unpaid"
+    assert (released["event"], released["detail"]) == ("released", f"goods {goods_id} back on sale")
     assert view["refunds"] == []
 
     # the goods can be ordered again, and the old timers never fire
@@ -402,7 +404,12 @@ async def test_seller_cancel_takes_goods_off_sale_and_refunds_once(world):
     assert refund["reason"] == "seller_cancel"
     assert refund["payment_id"] == view["payments"][0]["id"]
     assert {t["kind"]: t["state"] for t in view["timers"]}["cancel_unshipped"] == "cancelled"
-    assert view["timeline"][-1]["to_status"] == "cancelled_unshipped"
+    assert [(e["event"], e["to_status"]) for e in view["timeline"]][-3:] == [
+        ("seller_cancel", "cancelled_unshipped"),
+        ("released", None),
+        ("refund_created", None),
+    ]
+    assert view["timeline"][-1]["detail"] == f"{refund['refund_no']} 12.50 seller_cancel"
 
     # a second cancel is refused: still exactly one refund
     before = await snapshot(world)

@@ -283,7 +283,10 @@ async def test_payment_after_timeout_cancel_becomes_refund(world):
     assert refund["refund_no"] == "R" + pay_no
     assert refund["amount"] == Decimal("12.50")
     assert refund["reason"] == "paid_after_cancel"
-    assert view["timeline"][-1]["event"] == "late_payment_refund"
+    discrepancy, created = view["timeline"][-2:]
+    assert (discrepancy["event"], created["event"]) == ("discrepancy", "refund_created")
+    assert discrepancy["detail"].startswith("paid_after_cancel: manual")
+    assert created["detail"] == f"R{pay_no} 12.50 paid_after_cancel"
     # the late payment neither sells the goods nor takes them from the new order
     (item,) = await rows(world, schema.goods, id=goods_id)
     assert item.status == "on_sale" and item.reserved_order_id == second_order
@@ -452,7 +455,8 @@ async def test_a_paid_trade_with_another_amount_is_a_discrepancy_and_the_order_i
     (found,) = await rows(world, schema.discrepancies)
     assert (found.kind, found.order_id) == ("amount_mismatch", order_id)
     assert "paid 13.50" in found.detail and "12.50" in found.detail
-    assert [e["event"] for e in view["timeline"]][-2:] == ["amount_mismatch", "pay_timeout"]
+    assert [e["event"] for e in view["timeline"]][-3:] == ["discrepancy", "pay_timeout", "released"]
+    assert view["timeline"][-3]["detail"].startswith("amount_mismatch: fake")
     cancel = await timer(world, order_id, "cancel_unpaid")
     assert (cancel.state, cancel.attempts) == ("done", 1)
     # nothing more happens on later passes

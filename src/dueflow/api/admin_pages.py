@@ -24,7 +24,7 @@ from dueflow.api import errors
 from dueflow.domain import text
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.exceptions import DomainError, DueflowError, InvalidInput, NotFound
-from dueflow.service import operations, orders, refunds, report, sessions
+from dueflow.service import events, operations, orders, refunds, report, sessions
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
 
@@ -279,6 +279,7 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
             stuck=await operations.timers_in_state(deps, "stuck", 20),
             discrepancies=await operations.discrepancies(deps, 10),
             invariants=await report.check_invariants(deps),
+            events=await events.delivery_status(deps),
             refresh=5,
         )
 
@@ -353,6 +354,12 @@ def _action_routes(routes: APIRouter, pages: Pages) -> None:
 
     async def act(request: Request, action: Callable[[str], Awaitable[str]]) -> Response:
         """Run ``action(actor)`` for a checked POST; its answer (or the refusal) is the flash."""
+        return await act_on_form(request, lambda actor, _: action(actor))
+
+    async def act_on_form(
+        request: Request, action: Callable[[str, dict[str, str]], Awaitable[str]]
+    ) -> Response:
+        """:func:`act` for an action that reads the form's fields: ``action(actor, form)``."""
         user, form = await pages.checked(request)
         if user is None:
             return _forbidden(pages, request)
@@ -361,7 +368,7 @@ def _action_routes(routes: APIRouter, pages: Pages) -> None:
             return pages.problem(request, user, 422, "Bad input", refused)
         back = form.get("back", "/admin")
         try:
-            done = await action(f"user:{user.id}")
+            done = await action(f"user:{user.id}", form)
         except DomainError as exc:
             return pages.back(back, f"Refused: {exc.message}")
         except DueflowError as exc:  # busy, a provider or the database unreachable
@@ -383,6 +390,37 @@ def _action_routes(routes: APIRouter, pages: Pages) -> None:
             return f"Refund {refund_id} submitted again: now {state}."
 
         return await act(request, go)
+
+    @routes.post("/refunds/{refund_id}/reject")
+    async def reject(request: Request, refund_id: int) -> Response:
+        async def go(actor: str, form: dict[str, str]) -> str:
+            reason = form.get("reason", "")
+            state = await refunds.reject(deps, _checked_id(refund_id), reason=reason, actor=actor)
+            return f"Refund {refund_id} {state}: {reason.strip()}."
+
+        return await act_on_form(request, go)
+
+    @routes.post("/refunds/{refund_id}/settle-offline")
+    async def settle_offline(request: Request, refund_id: int) -> Response:
+        async def go(actor: str, form: dict[str, str]) -> str:
+            reference = form.get("reference", "")
+            state = await refunds.settle_offline(
+                deps, _checked_id(refund_id), reference=reference, actor=actor
+            )
+            return f"Refund {refund_id} {state.replace('_', ' ')}: {reference.strip()}."
+
+        return await act_on_form(request, go)
+
+    @routes.post("/events/replay")
+    async def replay_events(request: Request) -> Response:
+        async def go(actor: str, form: dict[str, str]) -> str:
+            first = _id(form.get("first", "").strip())
+            last = _id(form.get("last", "").strip() or form.get("first", "").strip())
+            if first is None or last is None:
+                raise InvalidInput("a replay takes the seq of its first (and last) event")
+            return await events.replay(deps, first=first, last=last, actor=actor)
+
+        return await act_on_form(request, go)
 
     @routes.post("/timers/{timer_id}/run-now")
     async def run_now(request: Request, timer_id: int) -> Response:

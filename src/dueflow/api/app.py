@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from dueflow.api import admin_pages, errors, notify, routes
+from dueflow.api import admin_pages, errors, events, lists, notify, refunds, routes
 from dueflow.service import readiness, report
 from dueflow.service.deps import Deps
 
@@ -28,6 +28,9 @@ def create_app(
     app = FastAPI(title="dueflow", version="0.1.0")
     errors.install(app)
     app.include_router(routes.router(deps))
+    app.include_router(lists.router(deps))
+    app.include_router(refunds.router(deps))
+    app.include_router(events.router(deps))
     app.include_router(notify.router(deps))
     app.include_router(
         admin_pages.router(
@@ -54,16 +57,8 @@ def create_app(
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        snap = await report.snapshot(deps)
-        m = deps.metrics
-        m.overdue.set(snap.overdue)
-        m.stuck.set(snap.stuck)
-        m.discrepancies.set(snap.discrepancies)
-        for state, count in snap.refunds.items():
-            m.refunds.labels(state).set(count)
-        for status, count in snap.orders.items():
-            m.orders.labels(status).set(count)
-        return Response(m.render(), media_type=CONTENT_TYPE_LATEST)
+        deps.metrics.record_snapshot(await report.snapshot(deps))
+        return Response(deps.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.middleware("http")
     async def timed(request: Request, call_next: Any) -> Any:

@@ -101,7 +101,9 @@ class RefundView(View):
     provider: str
     amount: Money
     reason: str
-    state: str = Field(description="pending_review | processing | succeeded | failed")
+    state: str = Field(
+        description="pending_review | processing | succeeded | failed | rejected | settled_offline"
+    )
     last_error: str | None
     created_at: datetime
     updated_at: datetime
@@ -163,6 +165,10 @@ class EventView(View):
     from_status: str | None
     to_status: str | None
     detail: str | None
+    seq: int | None = Field(
+        description="its place in the events feed (GET /api/events); null for a second or so "
+        "after it was written"
+    )
 
 
 class OrderView(View):
@@ -235,7 +241,9 @@ class RefundState(View):
     """A refund's state after an operator's action."""
 
     id: int
-    state: str = Field(description="pending_review | processing | succeeded | failed")
+    state: str = Field(
+        description="pending_review | processing | succeeded | failed | rejected | settled_offline"
+    )
 
 
 class LatenessView(View):
@@ -277,7 +285,7 @@ class Summary(View):
 ERROR_MEANING = {
     400: "The body is not JSON, or the request was refused",
     401: "No bearer token, or one nobody holds",
-    403: "The caller may not do this",
+    403: "The caller may not do this (`not_your_role`: the order's other party does this)",
     404: "No such thing (someone else's order looks missing too)",
     409: "Conflict with the current state (held, sold, busy, wrong status)",
     413: "The body is over the size limit",
@@ -292,3 +300,63 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {
         status: {"model": ErrorBody, "description": ERROR_MEANING[status]} for status in statuses
     }
+
+
+# --- lists -----------------------------------------------------------------------------------
+
+#: What every list answers besides its items.
+NEXT_DESCRIPTION = (
+    "the cursor of the next page, to pass as ``after`` with the same filters; null on the last"
+)
+
+
+class GoodsPage(View):
+    """A page of goods, newest first."""
+
+    items: list[GoodsView]
+    next: str | None = Field(description=NEXT_DESCRIPTION)
+
+
+class OrderListItem(View):
+    """An order as lists show it: its own fields (as :class:`OrderView` has them), without its
+    payments, refunds, reviews, timers and timeline (``GET /api/orders/{id}`` has those)."""
+
+    id: int
+    profile: str = Field(description="the order's flow (marketplace)")
+    order_type: str
+    buyer_id: int
+    seller_id: int
+    goods_id: int
+    amount: Money
+    status: str
+    created_at: datetime
+    pay_deadline: datetime
+    paid_at: datetime | None
+    ship_deadline: datetime | None
+    shipped_at: datetime | None
+    carrier: str | None
+    tracking_no: str | None
+    receive_deadline: datetime | None
+    received_at: datetime | None
+    review_deadline: datetime | None
+    completed_at: datetime | None
+    cancelled_at: datetime | None
+    cancel_reason: str | None
+    updated_at: datetime
+
+
+class OrderPage(View):
+    """A page of the caller's orders, newest first."""
+
+    items: list[OrderListItem]
+    next: str | None = Field(description=NEXT_DESCRIPTION)
+
+
+class MeView(View):
+    """The caller, and how many orders they have as buyer and as seller."""
+
+    id: int
+    name: str
+    admin: bool
+    orders_as_buyer: int
+    orders_as_seller: int

@@ -25,6 +25,7 @@ from dueflow.exceptions import (
     InvalidTransition,
     NotAllowed,
     NotFound,
+    NotYourRole,
     PaymentMismatch,
     ProviderUnavailable,
 )
@@ -205,10 +206,10 @@ async def _refund_late_payment(
     )
     paid = await payments.by_pay_no(conn, attempt.pay_no)
     assert paid is not None
-    await payments.create_refunds(conn, [paid], reason=kind, now=now)
     await orders.record_events(
-        conn, [order.id], event="late_payment_refund", actor=actor, now=now, detail=detail
+        conn, [order.id], event="discrepancy", actor=actor, now=now, detail=f"{kind}: {detail}"
     )
+    await payments.create_refunds(conn, [paid], reason=kind, now=now, actor=actor)
     log.error(
         "DISCREPANCY %s: %s; a refund awaits review",
         kind,
@@ -241,10 +242,10 @@ async def record_mismatch_at_close(
     await orders.record_events(
         conn,
         [attempt.order_id],
-        event="amount_mismatch",
+        event="discrepancy",
         actor="close_or_query",
         now=now,
-        detail=text,
+        detail=f"amount_mismatch: {text}",
     )
     log.error(
         "DISCREPANCY amount_mismatch: %s; an operator settles the money",
@@ -380,7 +381,7 @@ async def start_payment(
     Raises:
         InvalidInput: unknown provider, the manual provider (operators record those), or an
             amount above the provider's most (nothing is stored).
-        NotFound, NotAllowed: no such order, or not the buyer's.
+        NotFound, NotAllowed: no such order, or not the buyer's (NotYourRole: the seller's).
         InvalidTransition: the order no longer awaits payment, or its pay deadline has passed.
         ProviderUnavailable: the provider did not answer clearly (the attempt stays open and
             is closed or queried like any other).
@@ -423,6 +424,8 @@ async def _new_attempt(
         order = await orders.get(conn, order_id, for_update=True)
         if order is None:
             raise NotFound(f"no order {order_id}")
+        if order.seller_id == user_id:
+            raise NotYourRole(f"only the buyer of order {order_id} may pay it; you are its seller")
         if order.buyer_id != user_id:
             raise NotAllowed(f"order {order_id} is not yours as buyer")
         if order.status != OrderStatus.PENDING_PAYMENT.value:

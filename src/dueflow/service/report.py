@@ -10,7 +10,7 @@ from sqlalchemy import and_, func, select
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.domain.timers import TimerState
 from dueflow.service.deps import Deps
-from dueflow.store import aftersale, orders, payments, timers
+from dueflow.store import aftersale, events, orders, payments, timers
 from dueflow.store.schema import goods, reviews
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import timers as t_timers
@@ -27,11 +27,13 @@ class Snapshot:
     stuck: int
     refunds: dict[str, int]
     discrepancies: int
+    #: Order events the events webhook has not delivered yet.
+    event_backlog: int = 0
 
 
 @dataclass
 class Invariants:
-    """DESIGN.md's promises, checked against the database; each list names the offenders."""
+    """The promises of docs/design.md, checked against the database; each list names offenders."""
 
     held_by_dead_order: list[int] = field(default_factory=list)
     past_deadline: list[int] = field(default_factory=list)
@@ -57,6 +59,7 @@ async def snapshot(deps: Deps) -> Snapshot:
             stuck=await timers.stuck(conn),
             refunds=await payments.count_refunds_by_state(conn),
             discrepancies=await payments.count_discrepancies(conn),
+            event_backlog=await events.backlog(conn),
         )
 
 

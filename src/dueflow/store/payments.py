@@ -11,6 +11,7 @@ from sqlalchemy import Row, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.store import events
 from dueflow.store.schema import discrepancies, orders, payments, refunds
 from dueflow.store.types import fit
 
@@ -22,6 +23,10 @@ REFUND_PENDING_REVIEW = "pending_review"
 REFUND_PROCESSING = "processing"
 REFUND_SUCCEEDED = "succeeded"
 REFUND_FAILED = "failed"
+#: Closed by an operator: no money goes back (``rejected``), or it went back outside dueflow
+#: (``settled_offline``, a bank transfer say). Both are final.
+REFUND_REJECTED = "rejected"
+REFUND_SETTLED_OFFLINE = "settled_offline"
 
 
 async def insert_attempt(
@@ -164,9 +169,15 @@ def refund_no_for(pay_no: str) -> str:
 
 
 async def create_refunds(
-    conn: AsyncConnection, paid: Sequence[Row[Any]], *, reason: str, now: datetime
+    conn: AsyncConnection,
+    paid: Sequence[Row[Any]],
+    *,
+    reason: str,
+    now: datetime,
+    actor: str = "system",
 ) -> int:
-    """A refund in pending_review for each paid attempt that has none yet."""
+    """A refund in pending_review for each paid attempt that has none yet, each with its
+    ``refund_created`` event."""
     if not paid:
         return 0
     existing = set(
@@ -193,6 +204,8 @@ async def create_refunds(
     ]
     if rows:
         await conn.execute(insert(refunds), rows)
+        entries = [(r["order_id"], f"{r['refund_no']} {r['amount']} {reason}") for r in rows]
+        await events.record_each(conn, entries, event="refund_created", actor=actor, now=now)
     return len(rows)
 
 
@@ -295,5 +308,18 @@ async def move_refund(
         update(refunds)
         .where(refunds.c.id == refund_id, refunds.c.state == expected)
         .values(state=to, updated_at=now, last_error=fit(refunds.c.last_error, error))
+    )
+    return result.rowcount == 1
+
+
+async def close_refund(
+    conn: AsyncConnection, refund_id: int, *, expected: str, to: str, now: datetime
+) -> bool:
+    """An operator's final move of a refund that is still ``expected`` (one conditional
+    update); its last provider error is kept. False when it was not ``expected``."""
+    result = await conn.execute(
+        update(refunds)
+        .where(refunds.c.id == refund_id, refunds.c.state == expected)
+        .values(state=to, updated_at=now)
     )
     return result.rowcount == 1

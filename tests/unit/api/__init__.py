@@ -14,7 +14,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from dueflow.api import errors, routes
+from dueflow.api import errors, events, lists, refunds, routes
 from dueflow.payments.base import (
     Attempt,
     CloseOutcome,
@@ -141,6 +141,9 @@ def build_app(deps: Deps) -> FastAPI:
     app = FastAPI()
     errors.install(app)
     app.include_router(routes.router(deps))
+    app.include_router(lists.router(deps))
+    app.include_router(events.router(deps))
+    app.include_router(refunds.router(deps))
     return app
 
 

@@ -35,6 +35,7 @@ class Route:
 
 
 ADMIN_ONLY_GET = {None: 401, "stranger": 403, "buyer": 403, "seller": 403, "admin": 200}
+ANY_USER_GET = {None: 401, "stranger": 200, "buyer": 200, "seller": 200, "admin": 200}
 PARTIES = {None: 401, "stranger": 404, "admin": 403}
 
 ROUTES = {
@@ -65,7 +66,7 @@ ROUTES = {
     "pay": Route(
         "POST",
         "/api/orders/{id}/payments",
-        {**PARTIES, "seller": 404, "buyer": 201},
+        {**PARTIES, "seller": 403, "buyer": 201},
         setup=Api.order,
         body={"provider": "fakepay"},
     ),
@@ -84,14 +85,14 @@ ROUTES = {
     "ship": Route(
         "POST",
         "/api/orders/{id}/ship",
-        {**PARTIES, "buyer": 404, "seller": 200},
+        {**PARTIES, "buyer": 403, "seller": 200},
         setup=Api.paid_order,
         body={"carrier": "SF", "tracking_no": "SF1"},
     ),
     "confirm receipt": Route(
         "POST",
         "/api/orders/{id}/confirm-receipt",
-        {**PARTIES, "seller": 404, "buyer": 200},
+        {**PARTIES, "seller": 403, "buyer": 200},
         setup=Api.shipped,
     ),
     "review": Route(
@@ -124,6 +125,28 @@ ROUTES = {
         {**ADMIN_ONLY_GET, "admin": 409},  # a refund in review is approved, not retried
         setup=Api.refund,
     ),
+    "reject refund": Route(
+        "POST",
+        "/api/admin/refunds/{id}/reject",
+        ADMIN_ONLY_GET,
+        setup=Api.refund,
+        body={"reason": "the buyer kept the goods"},
+    ),
+    "settle refund off-line": Route(
+        "POST",
+        "/api/admin/refunds/{id}/settle-offline",
+        ADMIN_ONLY_GET,
+        setup=Api.refund,
+        body={"reference": "bank transfer 0042"},
+    ),
+    # Lists answer every user, each with what they may see (test_lists.py says what that is).
+    "list goods": Route("GET", "/api/goods", ANY_USER_GET, setup=Api.goods),
+    "list goods of a seller": Route("GET", "/api/goods?seller_id=1", ANY_USER_GET),
+    "list orders": Route("GET", "/api/orders?role=seller", ANY_USER_GET, setup=Api.order),
+    "me": Route("GET", "/api/me", ANY_USER_GET),
+    # The feed answers every user: all events for an admin, one's own orders' otherwise
+    # (test_event_feed.py says what each sees).
+    "events feed": Route("GET", "/api/events", ANY_USER_GET, setup=Api.order),
 }
 
 
@@ -193,6 +216,10 @@ BAD_INPUT = [
     ("POST", "/api/admin/users", {"json": {"name": "x", "admin": "yes"}}, 422),
     ("GET", "/api/admin/timers?state=weird", {}, 422),
     ("GET", "/api/admin/refunds?state=weird", {}, 422),
+    ("GET", "/api/goods?limit=101", {}, 422),
+    ("GET", "/api/goods?after=bogus", {}, 422),
+    ("GET", "/api/orders?flow=tickets", {}, 422),
+    ("GET", "/api/orders?status=lost", {}, 422),
 ]
 
 

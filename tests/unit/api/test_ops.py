@@ -42,4 +42,4 @@ async def test_metrics_count_timers_lateness_notifications_and_alarms(world):
     assert 'dueflow_notifications_total{outcome="rejected",provider="alipay"} 1.0' in text
     assert 'dueflow_orders{status="cancelled_unpaid"} 1.0' in text
     assert "dueflow_timers_overdue 0.0" in text
-    assert "dueflow_http_request_seconds_count" in text
+    assert "dueflow_http_request_duration_seconds_count" in text

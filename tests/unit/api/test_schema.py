@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dueflow.api.app import create_app
 from dueflow.payments.base import RefundResult
+from dueflow.service import events as event_service
 from dueflow.store import payments as payments_store
 from dueflow.store import schema
 from tests.unit.api import Api, running_api, table_snapshot
@@ -264,7 +265,10 @@ async def test_bad_bodies_to_any_post_route_change_no_row(api):
     unpaid, paid, arrived = await api.order(), await api.paid_order(), await api.shipped()
     done, refund_id = await api.received(), await api.refund()
     timer_id = await api.overdue_timer()
+    rejected, settled = await api.refund(), await api.refund()
     with_body = [
+        (f"/api/admin/refunds/{rejected}/reject", "admin", {"reason": "fraud"}),
+        (f"/api/admin/refunds/{settled}/settle-offline", "admin", {"reference": "T-1"}),
         ("/api/goods", "seller", {"title": "lamp", "price": "3.10"}),
         ("/api/orders", "buyer", {"goods_id": goods_id}),
         (f"/api/orders/{unpaid}/payments", "buyer", {"provider": "fakepay"}),
@@ -329,6 +333,8 @@ async def test_every_answer_of_a_whole_life_matches_the_schema(api, world):
     api.provider.refund_answers = [RefundResult.FAILED]
     await call("POST", f"/api/admin/refunds/{refund_id}/approve", "admin")
     await call("POST", f"/api/admin/refunds/{refund_id}/retry", "admin")
+    for action, note in (("reject", {"reason": "fraud"}), ("settle-offline", {"reference": "T"})):
+        await call("POST", f"/api/admin/refunds/{await api.refund()}/{action}", "admin", json=note)
     await call("POST", "/api/admin/users", "admin", json={"name": "erin", "admin": True})
     await call("GET", "/api/admin/timers?state=scheduled", "admin")
     await call("POST", f"/api/admin/timers/{await api.overdue_timer()}/run-now", "admin")
@@ -343,6 +349,19 @@ async def test_every_answer_of_a_whole_life_matches_the_schema(api, world):
     await call("GET", "/api/admin/discrepancies", "admin")
     await call("GET", "/api/admin/refunds?state=succeeded", "admin")
     await call("GET", "/api/admin/summary", "admin")
+    # the lists, over orders and goods in every status by now
+    await call("GET", "/api/goods?limit=1", "buyer")
+    await call("GET", f"/api/goods?seller_id={api.ids['seller']}", "seller")
+    page = (await call("GET", "/api/orders?limit=1", "buyer")).json()
+    await call("GET", "/api/orders", "buyer", params={"after": page["next"]})
+    await call("GET", "/api/orders?role=seller", "seller")
+    await call("GET", "/api/orders?flow=tickets", "buyer")
+    await call("GET", "/api/me", "buyer")
+    # the events feed
+    await event_service.sequence(api.deps)
+    page = (await call("GET", "/api/events?limit=2", "buyer")).json()
+    await call("GET", "/api/events", "admin", params={"after": page["next"]})
+    await call("GET", "/api/events?after=not-a-cursor", "admin")
     # and the errors
     await call("GET", f"/api/orders/{order_id}", None)
     await call("GET", "/api/admin/summary", "buyer")
