@@ -209,3 +209,29 @@ async def test_the_refund_list_is_bounded_newest_first(world):
     every = [r["id"] for r in await refunds.list_refunds(world.deps, state="pending_review")]
     assert len(every) == 3 and every == sorted(every, reverse=True)
     assert [r["id"] for r in await refunds.list_refunds(world.deps, limit=2)] == every[:2]
+
+
+async def test_two_final_answers_at_once_write_one_event(world):
+    """Found in review: a provider's notification and a refund check answering at the same
+    moment both recorded refund_succeeded (two events a host cannot drop); the second answer
+    now finds the refund moved and writes nothing."""
+    use(world, ScriptedProvider([RefundResult.PROCESSING]))
+    order_id, refund_id = await unshipped_refund(world, provider="scripted")
+    assert await refunds.approve(world.deps, refund_id) == "processing"
+    [row] = [r for r in await refunds.list_refunds(world.deps) if r["id"] == refund_id]
+    answer = RefundOutcome(RefundResult.SUCCEEDED, "SUCCESS")
+    states = await asyncio.gather(
+        refunds.record_answer(world.deps, row["refund_no"], answer),
+        refunds.record_answer(world.deps, row["refund_no"], answer),
+    )
+    assert states == ["succeeded", "succeeded"]
+    async with world.deps.db.read() as conn:
+        events = (
+            await conn.execute(
+                select(schema.order_events.c.event).where(
+                    schema.order_events.c.order_id == order_id,
+                    schema.order_events.c.event == "refund_succeeded",
+                )
+            )
+        ).all()
+    assert len(events) == 1

@@ -163,14 +163,18 @@ async def _apply(deps: Deps, row: Row[Any], outcome: RefundOutcome) -> str:
     async with deps.db.write() as conn:
         if outcome.result in final:
             to = final[outcome.result]
-            await payments.move_refund(
+            if not await payments.move_refund(
                 conn,
                 row.id,
                 expected=REFUND_PROCESSING,
                 to=to,
                 now=now,
                 error=outcome.reason or None if to == REFUND_FAILED else None,
-            )
+            ):
+                # Someone recorded an answer first (a notification and a check at once, or an
+                # operator closed it): theirs stands, and no second event goes out to hosts.
+                current = await payments.refund_by_id(conn, row.id)
+                return str(current.state) if current is not None else to
             if not await payments.refunds_in(
                 conn, state=REFUND_PROCESSING, order_ids=[row.order_id]
             ):
