@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BeforeValidator,
@@ -120,6 +122,22 @@ class Settings(BaseSettings):
             raise ValueError("must be positive")
         return value
 
+    @field_validator("notifier_url", "events_webhook_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        """A webhook URL is refused at start, not on every send: http(s), a host, a valid port."""
+        if value is None:
+            return None
+        try:
+            url = urlsplit(value)
+            url.port  # noqa: B018 - a port out of range raises here
+        except ValueError:
+            raise ValueError("not a URL (check the port)") from None
+        host = url.hostname or ""
+        if url.scheme not in ("http", "https") or not host or not _HOST.fullmatch(host):
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return value
+
     @field_validator("events_webhook_secret")
     @classmethod
     def _signed(cls, value: str, info: ValidationInfo) -> str:
@@ -175,8 +193,17 @@ PREFIX = "DUEFLOW_"
 #: ``DUEFLOW_*`` variables read by dueflow that are not settings: the settings file, the admin
 #: token of ``dueflow demo --url``, and where the browser test keeps its screenshots.
 NOT_SETTINGS = frozenset({"DUEFLOW_CONFIG_FILE", "DUEFLOW_ADMIN_TOKEN", "DUEFLOW_SCREENSHOTS"})
+#: A host name or an IP address (IPv6 without its brackets), as a webhook URL may name it.
+_HOST = re.compile(r"[A-Za-z0-9._:%-]+")
 #: The test suite's own variables (its database, Redis and RabbitMQ URLs).
 TEST_PREFIX = "DUEFLOW_TEST_"
+#: What orchestrators put in every container's environment for a service or link named
+#: ``dueflow...`` (Kubernetes service links: ``DUEFLOW_SERVICE_HOST``, ``DUEFLOW_PORT_8000_TCP``;
+#: Docker links: ``DUEFLOW_NAME``, ``DUEFLOW_ENV_PATH``): not settings, never refused.
+ORCHESTRATOR = re.compile(
+    r"^DUEFLOW(_[A-Z0-9]+)*_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)"
+    r"(_(ADDR|PORT|PROTO))?)?|NAME|ENV_[A-Z0-9_]+)$"
+)
 
 
 def known_variables() -> frozenset[str]:
@@ -198,6 +225,7 @@ def check_environment(environ: Mapping[str, str]) -> None:
         if name.upper().startswith(PREFIX)
         and name.upper() not in known
         and not name.upper().startswith(TEST_PREFIX)
+        and not ORCHESTRATOR.match(name.upper())
     )
     if unknown:
         raise ConfigError("\n".join(_unknown(name, known) for name in unknown))
@@ -207,9 +235,10 @@ def _unknown(name: str, known: frozenset[str]) -> str:
     # Compared without the prefix every name shares, which would make any two look alike.
     rest = {k.removeprefix(PREFIX): k for k in known}
     close = difflib.get_close_matches(name.upper().removeprefix(PREFIX), sorted(rest), n=1)
+    shown = ascii(name)[1:-1]  # a name is any bytes: never let one break the message
     if close:
-        return f"unknown setting {name}; did you mean {rest[close[0]]}?"
-    return f"unknown setting {name}; docs/configuration.md lists the settings"
+        return f"unknown setting {shown}; did you mean {rest[close[0]]}?"
+    return f"unknown setting {shown}; docs/configuration.md lists the settings"
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -584,3 +584,21 @@ def test_absurdly_long_durations_are_refused():
     with pytest.raises(ConfigError, match="at most 3650 days"):
         parse_duration("9999999d")
     assert parse_duration("3650d").days == 3650
+
+
+@pytest.mark.parametrize(
+    "url", ["http://host:99999/x", "http://a b/x", "ftp://host/x", "host:8000", "http:///x"]
+)
+@pytest.mark.parametrize("setting", ["notifier_url", "events_webhook_url"])
+def test_a_webhook_url_that_can_never_be_sent_to_is_refused_at_start(setting, url):
+    """Found in review: such a URL failed on every send, outside the retry and failure counts."""
+    with pytest.raises(ConfigError, match=setting.upper()):
+        load_settings(**{setting: url, "events_webhook_secret": "s" * 16})
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:9000/hook", "https://hooks.example/x", "http://[::1]/h"]
+)
+def test_webhook_urls_that_can_be_sent_to_are_taken(url):
+    settings = load_settings(events_webhook_url=url, events_webhook_secret="s" * 16)
+    assert settings.events_webhook_url == url
