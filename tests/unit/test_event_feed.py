@@ -313,6 +313,31 @@ async def test_a_buyer_and_a_seller_see_only_their_orders_events(api):
     assert (await api.call("GET", "/api/events", None)).status_code == 401
 
 
+async def test_a_short_scoped_page_moves_the_cursor_past_others_events(api):
+    """Found in review: a reader with few events got its own cursor back on an empty page and
+    rescanned everyone's events on every poll; it now moves past all numbered when it read."""
+    await some_events(api)
+    nobody, token = await accounts.add_user(api.deps, "nobody")
+    api.tokens["nobody"], api.ids["nobody"] = token, nobody.id
+    await api.paid_order()  # the last events are the buyer's, none of them nobody's
+    await events.sequence(api.deps)
+    everything = await events.feed(api.deps, after=0, limit=500)
+    answer = await api.call("GET", "/api/events", "nobody", params={"limit": 100})
+    page = answer.json()
+    assert page["events"] == []
+    assert page["next"] == feed_api.cursor_of(everything[-1]["seq"])
+    again = await api.call("GET", "/api/events", "nobody", params={"after": page["next"]})
+    assert again.json() == {"events": [], "next": page["next"]}
+    # ...and still misses nothing of its own that comes later.
+    goods_id = await accounts.add_goods(
+        api.deps, seller_id=api.ids["seller"], title="cup", price="2.00"
+    )
+    order_id = await orders.place_order(api.deps, buyer_id=nobody.id, goods_id=goods_id)
+    await events.sequence(api.deps)
+    later = await api.call("GET", "/api/events", "nobody", params={"after": page["next"]})
+    assert [e["order_id"] for e in later.json()["events"]] == [order_id]
+
+
 @pytest.mark.parametrize(
     "params",
     [

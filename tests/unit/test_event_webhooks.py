@@ -338,3 +338,29 @@ async def test_backlog_failures_and_replay_on_metrics_and_the_dashboard(world, r
     status = await events.delivery_status(world.deps)
     assert [(r["delivered_seq"], r["until_seq"]) for r in status.replays] == [(0, 2)]
     assert status.replays[0]["requested_by"].startswith("user:")
+
+
+async def test_stopping_ends_a_pass_after_the_event_in_flight(world, receiver: Receiver):
+    """Found in review: a pass sent its whole batch (up to 50 events) before looking at stop,
+    so a shutdown could wait minutes on a slow host; now it ends after the event in flight,
+    and the next process goes on from the stored position."""
+    fed = await two_orders(world)
+    loop = asyncio.get_running_loop()
+    stop, wake = asyncio.Event(), asyncio.Event()
+
+    def stopping() -> None:  # what events.start does at SIGTERM
+        stop.set()
+        wake.set()
+
+    class StopOnFirst(list):  # type: ignore[type-arg]
+        def append(self, item: object) -> None:
+            super().append(item)
+            loop.call_soon_threadsafe(stopping)  # SIGTERM arrives while the first is in flight
+
+    receiver.got = StopOnFirst()
+    receiver.start()
+    await asyncio.wait_for(deliverer(world, receiver).run(stop, wake), timeout=10)
+    assert [e["id"] for e in receiver.verified()] == [fed[0]["id"]]
+    assert (await live(world)).delivered_seq == fed[0]["seq"]
+    await deliverer(world, receiver).deliver_once()
+    assert [e["id"] for e in receiver.verified()] == [e["id"] for e in fed]

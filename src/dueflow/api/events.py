@@ -99,10 +99,9 @@ def router(deps: Deps) -> APIRouter:
         event for an admin, the events of the caller's orders (as buyer or seller) otherwise."""
         user = auth.caller(request)
         position = position_of(after)
-        found = await events.feed(
+        found, last = await events.feed_page(
             deps, after=position, limit=limit, user_id=None if user.is_admin else user.id
         )
-        last = found[-1]["seq"] if found else position
         return answer({"events": found, "next": cursor_of(last)})
 
     return routes

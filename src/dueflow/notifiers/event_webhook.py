@@ -54,7 +54,7 @@ class EventWebhook:
             headers["X-Dueflow-Replay"] = "true"
         try:
             response = await self._client.post(self.url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise BackendUnavailable(f"{type(exc).__name__}: {exc}") from exc
         if not 200 <= response.status_code < 300:
             raise BackendUnavailable(f"HTTP {response.status_code}")

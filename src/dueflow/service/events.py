@@ -115,9 +115,25 @@ async def feed(
 ) -> list[dict[str, Any]]:
     """The numbered events after seq ``after``, in seq order; with ``user_id`` only those of
     that user's orders (as buyer or seller). One indexed read."""
+    found, _ = await feed_page(deps, after=after, limit=limit, user_id=user_id)
+    return found
+
+
+async def feed_page(
+    deps: Deps, *, after: int, limit: int, user_id: int | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """:func:`feed`, and the seq to read after next time. A short page moves that past every
+    event numbered when the read began, even others' (scoped) or none: every seq up to the
+    counter read first is visible to the read that follows it, so nothing is skipped, and a
+    reader with few events does not scan the same stretch of the table on every poll."""
     async with deps.db.read() as conn:
+        numbered = await store.last_seq(conn)
         rows = await store.after(conn, after, limit=limit, user_id=user_id)
-    return [event_json(r) for r in rows]
+    found = [event_json(r) for r in rows]
+    last = found[-1]["seq"] if found else after
+    if len(found) < limit:
+        last = max(last, numbered)
+    return found, last
 
 
 # --- webhook deliveries ----------------------------------------------------------------------
@@ -156,9 +172,12 @@ class Deliverer:
         self.deps = deps
         self.webhook = webhook
         self.name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"[:64]
+        #: Set by :meth:`run`'s ``stop``: a pass ends after the event in flight.
+        self._stop: asyncio.Event | None = None
 
     async def run(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
         """Deliver until ``stop``; woken by ``wake`` when new events were numbered."""
+        self._stop = stop
         try:
             while not stop.is_set():
                 try:
@@ -205,6 +224,8 @@ class Deliverer:
         if not rows and stream.until_seq is not None:
             await self._advance(stream, stream.until_seq)  # nothing (left) in its range
         for sent, row in enumerate(rows):
+            if self._stop is not None and self._stop.is_set():
+                return sent, None  # stopping: the rest waits for the next process
             try:
                 await self.webhook.deliver(event_json(row), replay=stream.replay)
             except BackendUnavailable as exc:
