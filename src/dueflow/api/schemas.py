@@ -171,11 +171,12 @@ class EventView(View):
     )
 
 
-class OrderView(View):
-    """The order with its deadlines, payments, refunds, reviews, timers and timeline."""
+class OrderListItem(View):
+    """An order as lists show it: its own fields, without its payments, refunds, reviews,
+    timers and timeline (``GET /api/orders/{id}`` has those)."""
 
     id: int
-    profile: str
+    profile: str = Field(description="the order's flow (marketplace)")
     order_type: str
     buyer_id: int
     seller_id: int
@@ -196,6 +197,11 @@ class OrderView(View):
     cancelled_at: datetime | None
     cancel_reason: str | None
     updated_at: datetime
+
+
+class OrderView(OrderListItem):
+    """The order with its deadlines, payments, refunds, reviews, timers and timeline."""
+
     payments: list[PaymentView]
     refunds: list[RefundView]
     reviews: list[ReviewView]
@@ -315,34 +321,6 @@ class GoodsPage(View):
 
     items: list[GoodsView]
     next: str | None = Field(description=NEXT_DESCRIPTION)
-
-
-class OrderListItem(View):
-    """An order as lists show it: its own fields (as :class:`OrderView` has them), without its
-    payments, refunds, reviews, timers and timeline (``GET /api/orders/{id}`` has those)."""
-
-    id: int
-    profile: str = Field(description="the order's flow (marketplace)")
-    order_type: str
-    buyer_id: int
-    seller_id: int
-    goods_id: int
-    amount: Money
-    status: str
-    created_at: datetime
-    pay_deadline: datetime
-    paid_at: datetime | None
-    ship_deadline: datetime | None
-    shipped_at: datetime | None
-    carrier: str | None
-    tracking_no: str | None
-    receive_deadline: datetime | None
-    received_at: datetime | None
-    review_deadline: datetime | None
-    completed_at: datetime | None
-    cancelled_at: datetime | None
-    cancel_reason: str | None
-    updated_at: datetime
 
 
 class OrderPage(View):
