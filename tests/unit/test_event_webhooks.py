@@ -364,3 +364,46 @@ async def test_stopping_ends_a_pass_after_the_event_in_flight(world, receiver: R
     assert (await live(world)).delivered_seq == fed[0]["seq"]
     await deliverer(world, receiver).deliver_once()
     assert [e["id"] for e in receiver.verified()] == [e["id"] for e in fed]
+
+
+async def test_an_operator_skips_an_event_the_host_refuses_for_good(world, receiver: Receiver):
+    """Found in review: a host refusing one event (a 4xx on its body) held every later event
+    back forever, and a replay could not help; an operator can now skip it from the dashboard
+    (CSRF like every form). The skip is an event the host gets next."""
+    fed = await two_orders(world)
+    receiver.statuses = [400, 400, 204]
+    receiver.start()
+    sender = deliverer(world, receiver)
+    try:
+        await sender.deliver_once()  # refused
+        _, token = await accounts.add_user(world.deps, "root", admin=True)
+        app = create_app(world.deps, session_secret="s" * 32, session_ttl=timedelta(hours=1))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dueflow") as client:
+            await client.post("/admin/login", data={"token": token, "next": "/admin"})
+            page = (await client.get("/admin")).text
+            assert 'action="/admin/events/skip"' in page
+            csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"', page).group(1)
+            forged = await client.post("/admin/events/skip", data={"seq": str(fed[0]["seq"])})
+            assert forged.status_code == 403
+            before = await table_snapshot(world.deps)
+            wrong = await client.post(
+                "/admin/events/skip", data={"csrf": csrf, "seq": str(fed[1]["seq"])}
+            )
+            assert "Refused" in wrong.cookies.get("dueflow_flash", "")
+            assert await table_snapshot(world.deps) == before
+            done = await client.post(
+                "/admin/events/skip", data={"csrf": csrf, "seq": str(fed[0]["seq"])}
+            )
+            assert done.status_code == 303 and "skipped" in done.cookies.get("dueflow_flash", "")
+        assert (await live(world)).delivered_seq == fed[0]["seq"]
+        await events.sequence(world.deps)
+        receiver.statuses = [204]
+        world.clock.advance(timedelta(minutes=5))  # past the backoff
+        await sender.deliver_once()
+    finally:
+        await sender.webhook.close()
+    got = [e["id"] for e in receiver.verified()]
+    # the refused event once, then everything after it and the skip itself, in order
+    assert got[0] == fed[0]["id"] and got[1:-1] == [e["id"] for e in fed[1:]]
+    assert receiver.verified()[-1]["event"] == "event_skipped"

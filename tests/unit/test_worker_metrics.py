@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from dueflow.domain.timers import TimerKind
-from dueflow.exceptions import BackendUnavailable
+from dueflow.exceptions import BackendUnavailable, ConfigError
 from dueflow.metrics import Metrics
 from dueflow.service import orders
 from dueflow.service.deps import Deps
@@ -189,3 +189,21 @@ def test_promtool_accepts_the_alert_rules():
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"SUCCESS: {len(alert_rules())} rules found" in checked.stdout
+
+
+@pytest.mark.parametrize(("host", "family"), [("127.0.0.1", "AF_INET"), ("::1", "AF_INET6")])
+def test_the_metrics_socket_listens_on_ipv4_and_ipv6_hosts(host, family):
+    """Found in review: an IPv6 host (``--metrics-host ::1``) could not be listened on."""
+    import socket
+
+    from dueflow.worker import exposition
+
+    try:
+        sock = exposition.listen(host, 0)
+    except ConfigError:
+        if family == "AF_INET6" and not socket.has_ipv6:
+            pytest.skip("this machine has no IPv6")
+        raise
+    with sock:
+        assert sock.family == getattr(socket, family)
+        assert sock.getsockname()[1] > 0

@@ -422,6 +422,16 @@ def _action_routes(routes: APIRouter, pages: Pages) -> None:
 
         return await act_on_form(request, go)
 
+    @routes.post("/events/skip")
+    async def skip_event(request: Request) -> Response:
+        async def go(actor: str, form: dict[str, str]) -> str:
+            seq = _id(form.get("seq", "").strip())
+            if seq is None:
+                raise InvalidInput("a skip takes the seq of the event the webhook waits on")
+            return await events.skip(deps, seq=seq, actor=actor)
+
+        return await act_on_form(request, go)
+
     @routes.post("/timers/{timer_id}/run-now")
     async def run_now(request: Request, timer_id: int) -> Response:
         async def go(actor: str) -> str:

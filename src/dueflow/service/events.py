@@ -18,10 +18,11 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from dueflow.exceptions import BackendUnavailable, InvalidInput
+from dueflow.exceptions import BackendUnavailable, InvalidInput, InvalidTransition
 from dueflow.notifiers.event_webhook import EventWebhook
 from dueflow.service.deps import Deps
 from dueflow.store import events as store
+from dueflow.store import orders
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +324,38 @@ async def replay(deps: Deps, *, first: int, last: int | None = None, actor: str)
         await store.add_replay(conn, name, first, last, by=actor, now=now)
     what = delivery_id(first) if first == last else f"{delivery_id(first)} to {delivery_id(last)}"
     return f"{what} queued to be delivered again"
+
+
+async def skip(deps: Deps, *, seq: int, actor: str) -> str:
+    """Give up on the event the webhook is stuck on (a host that refuses it for good would hold
+    every later event back forever): the live position moves past it. The event stays in the
+    feed and can be replayed; the skip is logged and written as an ``event_skipped`` event of
+    its order, which the host is sent next. Returns what was done.
+
+    Raises:
+        InvalidTransition: no webhook stream, or ``seq`` is not the event it waits on (it was
+            delivered meanwhile, or another is first).
+    """
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        live = await store.live_cursor(conn)
+        if live is None:
+            raise InvalidTransition("no events webhook has delivered anything to skip in")
+        waiting = await store.after(conn, int(live.delivered_seq), limit=1)
+        if not waiting or waiting[0].seq != seq:
+            first = delivery_id(waiting[0].seq) if waiting else "nothing"
+            raise InvalidTransition(f"the webhook waits on {first}, not {delivery_id(seq)}")
+        moved = await store.advance(
+            conn, live.id, from_seq=int(live.delivered_seq), to_seq=seq, until_seq=None, now=now
+        )
+        if not moved:
+            raise InvalidTransition(f"{delivery_id(seq)} was delivered meanwhile")
+        detail = f"{delivery_id(seq)} skipped by the events webhook"
+        await orders.record_events(
+            conn, [waiting[0].order_id], event="event_skipped", actor=actor, now=now, detail=detail
+        )
+    log.warning("events webhook: %s skipped by %s", delivery_id(seq), actor)
+    return f"{delivery_id(seq)} skipped; the webhook goes on with the next event."
 
 
 @dataclass

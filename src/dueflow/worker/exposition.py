@@ -28,8 +28,9 @@ def listen(host: str, port: int) -> socket.socket:
     Raises:
         ConfigError: the address cannot be listened on (in use, not this machine's).
     """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # "::", "::1" are IPv6
     try:
-        return socket.create_server((host, port))
+        return socket.create_server((host, port), family=family)
     except OSError as exc:
         raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
 
