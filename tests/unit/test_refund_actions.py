@@ -55,8 +55,9 @@ async def timeline(world, order_id: int) -> list[tuple[str, str, str | None]]:
 
 
 async def failed_refund(world) -> tuple[int, int, ScriptedProvider]:
-    """A refund the provider failed for good: (order id, refund id, the provider)."""
-    provider = ScriptedProvider([RefundResult.FAILED])
+    """A refund the provider failed for good: (order id, refund id, the provider), which
+    still says failed when it is asked again (before an operator closes the refund)."""
+    provider = ScriptedProvider([RefundResult.FAILED, RefundResult.FAILED])
     use(world, provider)
     order_id, refund_id = await unshipped_refund(world, "scripted")
     assert await refunds.approve(world.deps, refund_id) == "failed"
@@ -93,7 +94,8 @@ async def test_a_failed_refund_is_settled_off_line_keeping_the_providers_error(w
         "user:9",
         f"{row.refund_no} 12.50: ICBC transfer 0042",
     )
-    assert len(provider.requests) == 1  # nothing was sent to the provider
+    # the approval, then one question where it stands before it is closed by hand
+    assert len(provider.requests) == 2
 
 
 @pytest.mark.parametrize("first", ["reject", "settle_offline"])
@@ -378,3 +380,32 @@ async def _refund(deps: Deps, n: int) -> int:
     await orders.cancel_by_seller(deps, order_id=order_id, user_id=seller.id)
     [newest] = await refunds.list_refunds(deps, state="pending_review", limit=1)
     return int(newest["id"])
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome", "state"),
+    [
+        (RefundResult.SUCCEEDED, "has paid refund", "succeeded"),
+        (RefundResult.PROCESSING, "still processing", "failed"),
+        (RefundResult.UNKNOWN, "cannot tell where", "failed"),
+    ],
+)
+@pytest.mark.parametrize("action", ["reject", "settle_offline"])
+async def test_a_failed_refund_the_provider_may_have_paid_is_not_closed(
+    world, answer, outcome, state, action
+):
+    """Found in review: a failed refund whose resubmission (an operator's retry) was still on
+    its way could be rejected or settled off-line, and then be paid by the provider anyway. The
+    provider is asked first: paid -> recorded succeeded; processing or no answer -> refused."""
+    provider = ScriptedProvider([RefundResult.FAILED, answer])
+    use(world, provider)
+    order_id, refund_id = await unshipped_refund(world, "scripted")
+    assert await refunds.approve(world.deps, refund_id) == "failed"
+    note = {"reason": "duplicate"} if action == "reject" else {"reference": "ICBC 1"}
+    with pytest.raises(Exception, match=outcome) as refused:
+        await getattr(refunds, action)(world.deps, refund_id, actor="user:9", **note)
+    assert type(refused.value).__name__ in ("InvalidTransition", "ProviderUnavailable")
+    assert (await refund_row(world, refund_id)).state == state
+    events = [e for e, _, _ in await timeline(world, order_id)]
+    assert "refund_rejected" not in events and "refund_settled_offline" not in events
+    assert events.count("refund_succeeded") == (1 if state == "succeeded" else 0)

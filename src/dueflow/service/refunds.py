@@ -22,7 +22,7 @@ from sqlalchemy import Row
 
 from dueflow.domain import text
 from dueflow.domain.timers import TimerKind
-from dueflow.exceptions import InvalidInput, InvalidTransition, NotFound
+from dueflow.exceptions import InvalidInput, InvalidTransition, NotFound, ProviderUnavailable
 from dueflow.payments.base import RefundOutcome, RefundRequest, RefundResult
 from dueflow.service.deps import Deps
 from dueflow.store import orders, payments, timers
@@ -269,6 +269,10 @@ def _note(value: str, what: str) -> str:
 
 
 async def _close(deps: Deps, refund_id: int, *, to: str, detail: str, actor: str) -> str:
+    async with deps.db.read() as conn:
+        found = await payments.refund_by_id(conn, refund_id)
+    if found is not None and found.state == REFUND_FAILED:
+        await _not_paid_meanwhile(deps, found)
     now = deps.clock.now()
     async with deps.db.write() as conn:
         row = await payments.refund_by_id(conn, refund_id, for_update=True)
@@ -290,3 +294,42 @@ async def _close(deps: Deps, refund_id: int, *, to: str, detail: str, actor: str
             detail=f"{row.refund_no} {row.amount}: {detail}",
         )
     return to
+
+
+async def _not_paid_meanwhile(deps: Deps, row: Row[Any]) -> None:
+    """Before a failed refund is closed by hand: it may have been submitted again meanwhile (an
+    operator's retry whose answer is still on its way, a late answer that moved it back to
+    failed), so ask the provider; money it paid back is never recorded rejected or settled.
+
+    Raises:
+        InvalidTransition: the provider paid it (now recorded succeeded) or is processing it.
+        ProviderUnavailable: the provider did not say where it stands.
+    """
+    outcome = await _ask(deps, row, first=False)
+    if outcome.result in (RefundResult.FAILED, RefundResult.NOT_FOUND):
+        return
+    if outcome.result is RefundResult.UNKNOWN:
+        raise ProviderUnavailable(
+            f"cannot tell where refund {row.id} stands at {row.provider}; try again"
+        )
+    if outcome.result is RefundResult.PROCESSING:
+        raise InvalidTransition(
+            f"{row.provider} is still processing refund {row.id}", status=row.state
+        )
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        if await payments.move_refund(
+            conn, row.id, expected=REFUND_FAILED, to=REFUND_SUCCEEDED, now=now
+        ):
+            await orders.record_events(
+                conn,
+                [row.order_id],
+                event=f"refund_{REFUND_SUCCEEDED}",
+                actor=row.provider,
+                now=now,
+                detail=f"{row.refund_no} {outcome.reason}".strip(),
+            )
+    raise InvalidTransition(
+        f"{row.provider} has paid refund {row.id} back: it is succeeded now",
+        status=REFUND_SUCCEEDED,
+    )
