@@ -250,6 +250,40 @@ async def test_the_sequencer_loop_numbers_new_events_and_survives_errors(world, 
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=5)
 
 
+async def test_a_database_down_for_long_is_retried_with_backoff_and_one_traceback(
+    world, monkeypatch, caplog
+):
+    """Found in review: both loops retried a broken database every second with a traceback
+    each time. Now the first failure in a row has its traceback, the rest one line, and the
+    pauses grow (1, 2, 4 ... s of the clock)."""
+    failures = {"n": 0}
+
+    async def down(conn, *, limit):
+        failures["n"] += 1
+        raise RuntimeError("database down")
+
+    monkeypatch.setattr(events.store, "number_committed", down)
+    await orders.place_order(world.deps, buyer_id=world.buyer, goods_id=await world.goods())
+    stop, wake = asyncio.Event(), asyncio.Event()
+    loop = asyncio.create_task(events.run_sequencer(world.deps, stop, wake))
+    try:
+        assert await eventually(lambda: failures["n"] == 1)
+        world.clock.advance(1.5)  # past the first pause of 1 s, not the second of 2 s
+        assert await eventually(lambda: failures["n"] == 2)
+        world.clock.advance(1.5)
+        await asyncio.sleep(0.1)
+        assert failures["n"] == 2  # still waiting out its 2 s
+        world.clock.advance(1)
+        assert await eventually(lambda: failures["n"] == 3)
+    finally:
+        stop.set()
+        wake.set()
+        await asyncio.wait_for(loop, timeout=5)
+    tracebacks = [r for r in caplog.records if r.exc_info and "numbering" in r.getMessage()]
+    lines = [r for r in caplog.records if "failed 3 times in a row" in r.getMessage()]
+    assert len(tracebacks) == 1 and len(lines) == 1
+
+
 # --- the feed -----------------------------------------------------------------------------------
 
 

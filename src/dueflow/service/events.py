@@ -86,18 +86,31 @@ async def run_sequencer(
     """Number events until ``stop``: every 100 ms while there are some, backing off to every
     second without; ``numbered`` is set after each run that numbered some."""
     pause = BUSY_PAUSE
+    errors = 0
     while not stop.is_set():
         try:
             count = await sequence(deps)
-        except Exception:
-            log.exception("numbering order events failed; trying again")
-            count = 0
+        except Exception as exc:
+            errors += 1
+            _log_failure("numbering order events", exc, errors)
+            await _pause(deps, deps.clock.now() + backoff(errors - 1), wake, stop)
+            continue
+        errors = 0
         if count and numbered is not None:
             numbered.set()
         if count >= SEQUENCE_BATCH:
             continue
         pause = BUSY_PAUSE if count else min(IDLE_PAUSE, pause * 2)
         await _pause(deps, deps.clock.now() + pause, wake, stop)
+
+
+def _log_failure(doing: str, exc: Exception, errors: int) -> None:
+    """The first failure in a row with its traceback, the rest in one line each (a database
+    that is down for an hour must not fill the log with the same traceback every second)."""
+    if errors == 1:
+        log.exception("%s failed; trying again with backoff", doing)
+    else:
+        log.warning("%s failed %d times in a row: %s: %s", doing, errors, type(exc).__name__, exc)
 
 
 async def _pause(deps: Deps, until: datetime, wake: asyncio.Event, stop: asyncio.Event) -> None:
@@ -179,13 +192,16 @@ class Deliverer:
     async def run(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
         """Deliver until ``stop``; woken by ``wake`` when new events were numbered."""
         self._stop = stop
+        errors = 0
         try:
             while not stop.is_set():
                 try:
                     until = await self.deliver_once()
-                except Exception:
-                    log.exception("delivering order events failed; trying again")
-                    until = self.deps.clock.now() + IDLE_PAUSE
+                    errors = 0
+                except Exception as exc:
+                    errors += 1
+                    _log_failure("delivering order events", exc, errors)
+                    until = self.deps.clock.now() + backoff(errors - 1)
                 if until is not None:
                     await _pause(self.deps, until, wake, stop)
         finally:
