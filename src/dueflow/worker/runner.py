@@ -90,20 +90,28 @@ class Worker:
     async def _holding(self, claimed: Sequence[Claimed]) -> AsyncIterator[None]:
         """Renew the batch's leases every third of a lease until the block ends, once it has
         run for :data:`HOLD_AFTER` (most batches end sooner and never write a renewal)."""
-        keeper = asyncio.create_task(self._keep_leases(claimed))
+        done = asyncio.Event()
+        keeper = asyncio.create_task(self._keep_leases(claimed, done))
         try:
             yield
         finally:
+            # Told by the event as well as cancelled: a cancel that lands as a timed wait ends
+            # can be lost (asyncio.wait_for before Python 3.12), and the batch would wait on its
+            # keeper forever.
+            done.set()
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
 
-    async def _keep_leases(self, claimed: Sequence[Claimed]) -> None:
+    async def _keep_leases(self, claimed: Sequence[Claimed], done: asyncio.Event) -> None:
         deps = self.deps
         # Short leases (tests, a fast demo clock) are renewed before a third of them is gone.
-        await asyncio.sleep(min(HOLD_AFTER, deps.lease.total_seconds() / 3))
-        while True:
-            await deps.clock.sleep_until(deps.clock.now() + deps.lease / 3)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), min(HOLD_AFTER, deps.lease.total_seconds() / 3))
+        while not done.is_set():
+            await deps.clock.sleep_until(deps.clock.now() + deps.lease / 3, done)
+            if done.is_set():
+                return
             try:
                 async with deps.db.write() as conn:
                     now = deps.clock.now()
