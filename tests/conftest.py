@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import shutil
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +235,27 @@ async def backend_world(backend_url: str) -> AsyncIterator[World]:
         buyer, _ = await accounts.add_user(deps, "buyer")
         other, _ = await accounts.add_user(deps, "other")
         yield World(deps, clock, notifier, Worker(deps), seller.id, buyer.id, other.id)
+
+
+@contextlib.contextmanager
+def http_receiver(on_post: Callable[[BaseHTTPRequestHandler], None]) -> Iterator[str]:
+    """A real HTTP server on a free loopback port, in a thread, calling ``on_post(handler)``
+    for each POST (it reads the body and answers); yields its URL (``/hooks/dueflow``)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            on_post(self)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    host, port = server.server_address[:2]
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{port}/hooks/dueflow"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

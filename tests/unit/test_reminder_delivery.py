@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -35,7 +35,7 @@ from dueflow.store.schema import orders, reminders
 from dueflow.store.schema import timers as t_timers
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import scan_once
-from tests.conftest import eventually
+from tests.conftest import eventually, http_receiver
 
 K = TimerKind
 SECRET = "s3cret-key"
@@ -66,36 +66,24 @@ class Receiver:
 def receiver() -> Iterator[Receiver]:
     state: dict[str, Receiver] = {}
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            current = state["receiver"]
-            n = current.take(self.headers["X-Dueflow-Delivery"], body)
-            if current.before_answer is not None:
-                current.before_answer(n, body)
-            if current.delay:
-                time.sleep(current.delay)
-            try:
-                self.send_response(current.status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-            except OSError:
-                pass  # the sender gave up waiting (a timeout) and closed the connection
+    def on_post(request: BaseHTTPRequestHandler) -> None:
+        body = request.rfile.read(int(request.headers.get("Content-Length", "0")))
+        current = state["receiver"]
+        n = current.take(request.headers["X-Dueflow-Delivery"], body)
+        if current.before_answer is not None:
+            current.before_answer(n, body)
+        if current.delay:
+            time.sleep(current.delay)
+        try:
+            request.send_response(current.status)
+            request.send_header("Content-Length", "0")
+            request.end_headers()
+        except OSError:
+            pass  # the sender gave up waiting (a timeout) and closed the connection
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    host, port = server.server_address[:2]
-    state["receiver"] = Receiver(url=f"http://{host}:{port}/hooks/dueflow")
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
+    with http_receiver(on_post) as url:
+        state["receiver"] = Receiver(url=url)
         yield state["receiver"]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

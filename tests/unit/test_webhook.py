@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from sqlalchemy import select
@@ -27,6 +27,7 @@ from dueflow.notifiers.webhook import WebhookNotifier
 from dueflow.service import orders as order_service
 from dueflow.store.schema import reminders
 from dueflow.store.schema import timers as t_timers
+from tests.conftest import http_receiver
 
 SECRET = "s3cret-key"
 REMINDER = Reminder(
@@ -67,34 +68,21 @@ class Hook:
 def hook() -> Iterator[Hook]:
     state: dict[str, Hook] = {}
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", "0"))
-            body = self.rfile.read(length)
-            current = state["hook"]
-            status = current.answer(
-                Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-            )
-            if current.delay:
-                time.sleep(current.delay)
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    def on_post(request: BaseHTTPRequestHandler) -> None:
+        body = request.rfile.read(int(request.headers.get("Content-Length", "0")))
+        current = state["hook"]
+        status = current.answer(
+            Received(request.path, {k.lower(): v for k, v in request.headers.items()}, body)
+        )
+        if current.delay:
+            time.sleep(current.delay)
+        request.send_response(status)
+        request.send_header("Content-Length", "0")
+        request.end_headers()
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    host, port = server.server_address[:2]
-    state["hook"] = Hook(url=f"http://{host}:{port}/hooks/dueflow")
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
+    with http_receiver(on_post) as url:
+        state["hook"] = Hook(url=url)
         yield state["hook"]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture(autouse=True)
