@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,11 +24,10 @@ from dueflow.exceptions import BackendUnavailable, Busy, InvalidTransition
 from dueflow.locks import Bypasses, NoLocks, RedisLocks, held
 from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator.app import create_app as simulator_app
-from dueflow.payments.wechatpay import signing as wechat_signing
 from dueflow.service import accounts, orders, payments
 from tests.conftest import START, eventually
 from tests.contract.conftest import REDIS_URL
-from tests.unit.payments.test_payment_flow import Forward, Market
+from tests.unit.payments.test_payment_flow import Forward, Market, wechat_notification
 
 pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("redis_available")]
 
@@ -327,32 +325,7 @@ def wechat_paid(market: Market, pay_no: str, fen: int = 8800) -> tuple[bytes, di
         "trade_state": "SUCCESS",
         "amount": {"total": fen, "payer_total": fen, "currency": "CNY"},
     }
-    nonce = wechat_signing.new_nonce(12)
-    resource = wechat_signing.encrypt_resource(
-        config.wechat_api_v3_key, nonce, "transaction", json.dumps(transaction).encode()
-    )
-    body = json.dumps(
-        {
-            "id": f"EV-{pay_no}",
-            "event_type": "TRANSACTION.SUCCESS",
-            "resource_type": "encrypt-resource",
-            "resource": {
-                "original_type": "transaction",
-                "algorithm": "AEAD_AES_256_GCM",
-                "associated_data": "transaction",
-                "nonce": nonce,
-                "ciphertext": resource,
-            },
-        }
-    ).encode()
-    headers = wechat_signing.signed_headers(
-        body,
-        serial=config.wechat_public_key_id,
-        private_key=config.wechat_platform_key.private_key,
-        timestamp=int(market.clock.now().timestamp()),
-        nonce=wechat_signing.new_nonce(),
-    )
-    return body, {**headers, "Content-Type": "application/json"}
+    return wechat_notification(market, "TRANSACTION.SUCCESS", transaction, event_id=f"EV-{pay_no}")
 
 
 async def pay_count(market: Market, order_id: int) -> int:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import httpx
@@ -106,6 +107,46 @@ async def market(db_path: Path, sim_options: dict[str, object]) -> AsyncIterator
             seller, _ = await accounts.add_user(deps, "seller")
             buyer, _ = await accounts.add_user(deps, "buyer")
             yield Market(deps, clock, http, client, config, seller.id, buyer.id)
+
+
+def wechat_notification(
+    market: Market,
+    event: str,
+    resource: dict[str, Any],
+    *,
+    event_id: str = "EV-1",
+    at: int | None = None,
+) -> tuple[bytes, dict[str, str]]:
+    """A WeChat notification signed and encrypted with the simulator's keys, as WeChat sends
+    it (``at``: the signature's timestamp, default the market clock's now)."""
+    config = market.config
+    kind = "refund" if event.startswith("REFUND") else "transaction"
+    nonce = wechat_signing.new_nonce(12)
+    plaintext = json.dumps(resource).encode()
+    body = json.dumps(
+        {
+            "id": event_id,
+            "event_type": event,
+            "resource_type": "encrypt-resource",
+            "resource": {
+                "original_type": kind,
+                "algorithm": "AEAD_AES_256_GCM",
+                "associated_data": kind,
+                "nonce": nonce,
+                "ciphertext": wechat_signing.encrypt_resource(
+                    config.wechat_api_v3_key, nonce, kind, plaintext
+                ),
+            },
+        }
+    ).encode()
+    headers = wechat_signing.signed_headers(
+        body,
+        serial=config.wechat_public_key_id,
+        private_key=config.wechat_platform_key.private_key,
+        timestamp=at if at is not None else int(market.clock.now().timestamp()),
+        nonce=wechat_signing.new_nonce(),
+    )
+    return body, {**headers, "Content-Type": "application/json"}
 
 
 @pytest.mark.parametrize("provider", ["alipay", "wechatpay"])
@@ -260,34 +301,10 @@ async def test_rejected_wechat_notifications_change_nothing_but_the_inbox(market
     }
 
     def notification(tx: dict, *, at: int | None = None, signature: str | None = None):
-        nonce = wechat_signing.new_nonce(12)
-        body = json.dumps(
-            {
-                "id": "EV-1",
-                "event_type": "TRANSACTION.SUCCESS",
-                "resource_type": "encrypt-resource",
-                "resource": {
-                    "original_type": "transaction",
-                    "algorithm": "AEAD_AES_256_GCM",
-                    "associated_data": "transaction",
-                    "nonce": nonce,
-                    "ciphertext": wechat_signing.encrypt_resource(
-                        config.wechat_api_v3_key, nonce, "transaction", json.dumps(tx).encode()
-                    ),
-                },
-            }
-        ).encode()
-        timestamp = at if at is not None else int(market.clock.now().timestamp())
-        headers = wechat_signing.signed_headers(
-            body,
-            serial=config.wechat_public_key_id,
-            private_key=config.wechat_platform_key.private_key,
-            timestamp=timestamp,
-            nonce=wechat_signing.new_nonce(),
-        )
+        body, headers = wechat_notification(market, "TRANSACTION.SUCCESS", tx, at=at)
         if signature is not None:
             headers["Wechatpay-Signature"] = signature
-        return body, {**headers, "Content-Type": "application/json"}
+        return body, headers
 
     stale = int((market.clock.now() - timedelta(minutes=6)).timestamp())
     cases = {

@@ -8,10 +8,8 @@ so a test passing here would pass against the providers.
 
 from __future__ import annotations
 
-import json
 import secrets
 from decimal import Decimal
-from typing import Any
 from urllib.parse import urlencode
 
 import httpx
@@ -21,11 +19,10 @@ from dueflow.exceptions import AmountMismatch, InvalidInput, MalformedNotificati
 from dueflow.payments import money_wire
 from dueflow.payments.alipay import signing as alipay_signing
 from dueflow.payments.simulator import SimulatorConfig
-from dueflow.payments.wechatpay import signing as wechat_signing
 from dueflow.service import accounts, orders, payments
 from tests.conftest import table_snapshot
 from tests.unit.payments import test_refund_resend
-from tests.unit.payments.test_payment_flow import Market
+from tests.unit.payments.test_payment_flow import Market, wechat_notification
 from tests.unit.payments.test_simulator_alipay import alipay_call, control, precreate
 from tests.unit.payments.test_simulator_wechatpay import native_order, wechat_call
 
@@ -214,40 +211,6 @@ def test_an_alipay_amount_beyond_its_maximum_is_malformed(text: str) -> None:
     assert money_wire.parse_alipay_amount("100000000.00") == Decimal("100000000.00")
 
 
-def wechat_notification(
-    market: Market, event: str, resource: dict[str, Any]
-) -> tuple[bytes, dict[str, str]]:
-    """A WeChat notification signed and encrypted with the simulator's keys."""
-    config = market.config
-    kind = "refund" if event.startswith("REFUND") else "transaction"
-    nonce = wechat_signing.new_nonce(12)
-    plaintext = json.dumps(resource).encode()
-    body = json.dumps(
-        {
-            "id": "EV-huge",
-            "event_type": event,
-            "resource_type": "encrypt-resource",
-            "resource": {
-                "original_type": kind,
-                "algorithm": "AEAD_AES_256_GCM",
-                "associated_data": kind,
-                "nonce": nonce,
-                "ciphertext": wechat_signing.encrypt_resource(
-                    config.wechat_api_v3_key, nonce, kind, plaintext
-                ),
-            },
-        }
-    ).encode()
-    headers = wechat_signing.signed_headers(
-        body,
-        serial=config.wechat_public_key_id,
-        private_key=config.wechat_platform_key.private_key,
-        timestamp=int(market.clock.now().timestamp()),
-        nonce=wechat_signing.new_nonce(),
-    )
-    return body, {**headers, "Content-Type": "application/json"}
-
-
 async def test_signed_wechat_notifications_with_huge_amounts_are_rejected_cleanly(market):
     order_id = await market.order()
     pay_no, _ = await payments.start_payment(
@@ -274,7 +237,7 @@ async def test_signed_wechat_notifications_with_huge_amounts_are_rejected_cleanl
     ]
     before = await table_snapshot(market.deps, skip=("notifications",))
     for event, resource in cases:
-        body, headers = wechat_notification(market, event, resource)
+        body, headers = wechat_notification(market, event, resource, event_id="EV-huge")
         answer = await market.app.post("/notify/wechatpay", content=body, headers=headers)
         assert answer.status_code == 400, answer.text
         assert answer.json()["code"] == "FAIL"
@@ -333,7 +296,7 @@ async def test_a_notification_that_fails_unexpectedly_still_gets_its_verdict(mar
         "trade_state": "SUCCESS",
         "amount": {"total": 8800, "currency": "CNY"},
     }
-    body, headers = wechat_notification(market, "TRANSACTION.SUCCESS", resource)
+    body, headers = wechat_notification(market, "TRANSACTION.SUCCESS", resource, event_id="EV-huge")
     answer = await market.app.post("/notify/wechatpay", content=body, headers=headers)
     assert answer.status_code == 500
     assert answer.json() == {"code": "FAIL", "message": "unexpected InvalidOperation"}
