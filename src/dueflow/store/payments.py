@@ -116,23 +116,22 @@ async def mark_paid(
 
 async def close_open(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
     """Mark the open attempts of these cancelled orders closed."""
-    if not order_ids:
-        return 0
-    result = await conn.execute(
-        update(payments)
-        .where(payments.c.order_id.in_(order_ids), payments.c.state == OPEN)
-        .values(state=CLOSED, handled_at=now)
-    )
-    return int(result.rowcount)
+    return await _close_where(conn, payments.c.order_id, order_ids, now)
 
 
 async def close_attempts(conn: AsyncConnection, attempt_ids: Sequence[int], now: datetime) -> int:
     """Mark these attempts closed (their trades were closed at the provider) where still open."""
-    if not attempt_ids:
+    return await _close_where(conn, payments.c.id, attempt_ids, now)
+
+
+async def _close_where(
+    conn: AsyncConnection, column: Any, values: Sequence[int], now: datetime
+) -> int:
+    if not values:
         return 0
     result = await conn.execute(
         update(payments)
-        .where(payments.c.id.in_(attempt_ids), payments.c.state == OPEN)
+        .where(column.in_(values), payments.c.state == OPEN)
         .values(state=CLOSED, handled_at=now)
     )
     return int(result.rowcount)
