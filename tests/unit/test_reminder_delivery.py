@@ -205,7 +205,9 @@ async def test_reminders_a_handler_still_holds_are_not_taken_and_lost_ones_not_s
     first = asyncio.create_task(pay_reminder(world.deps, batch))  # no heartbeat: a plain handler
     assert await eventually(lambda: len(receiver.deliveries) >= 3)
     report = await scan_once(Worker(world.deps))
-    assert report.claimed >= 3  # the scanner did take the first handler's timers back
+    # The scanner did take the first handler's timers back: those it had not finished yet
+    # (how many depends on how far it got, so only that there were some).
+    assert report.claimed >= 1
     await first
     await settle_retries(world)
 
