@@ -85,7 +85,7 @@ async def seed_unpaid(db: Database, url: str, path: Any, count: int, due: dateti
                 records=order_rows,
                 columns=[
                     "id",
-                    "profile",
+                    "flow",
                     "order_type",
                     "buyer_id",
                     "seller_id",
@@ -134,7 +134,7 @@ async def seed_unpaid(db: Database, url: str, path: Any, count: int, due: dateti
                 goods_rows[start : start + 20_000],
             )
             await cursor.executemany(
-                "INSERT INTO orders (id, profile, order_type, buyer_id, seller_id, goods_id, amount, status,"
+                "INSERT INTO orders (id, flow, order_type, buyer_id, seller_id, goods_id, amount, status,"
                 " created_at, pay_deadline, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                 order_rows[start : start + 20_000],
             )

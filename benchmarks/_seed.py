@@ -58,7 +58,7 @@ def seed_unpaid(path: Path, count: int, due: datetime, *, chunk: int = 50_000) -
                 ((i, i, now, now) for i in ids),
             )
             conn.executemany(
-                "INSERT INTO orders (id, profile, order_type, buyer_id, seller_id, goods_id, amount,"
+                "INSERT INTO orders (id, flow, order_type, buyer_id, seller_id, goods_id, amount,"
                 " status, created_at, pay_deadline, updated_at) VALUES "
                 "(?, 'marketplace', 'normal', 2, 1, ?, '12.50', 'pending_payment', ?, ?, ?)",
                 ((i, i, now, due_s, now) for i in ids),

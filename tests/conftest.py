@@ -11,7 +11,8 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,9 @@ from sqlalchemy import select
 from dueflow import bootstrap
 from dueflow.clock import FakeClock
 from dueflow.config import Settings, load_settings
+from dueflow.domain import seating
 from dueflow.notifiers.base import Notifier, Reminder
-from dueflow.service import accounts
+from dueflow.service import accounts, tickets
 from dueflow.service.deps import Deps
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
@@ -59,6 +61,34 @@ class World:
 
     async def goods(self, price: str = "12.50", title: str = "camera") -> int:
         return await accounts.add_goods(self.deps, seller_id=self.seller, title=title, price=price)
+
+    async def show(
+        self, seats: str = "A:1-10,B:1-10", *, limit: int = 4, organizer: int | None = None
+    ) -> int:
+        """A show by the seller (its organizer): section A at 380, B at 180, sales open for
+        29 days, starting in 30."""
+        specs = seating.parse_ranges(seats, {"A": Decimal("380.00"), "B": Decimal("180.00")})
+        return await tickets.create_show(
+            self.deps,
+            organizer_id=self.seller if organizer is None else organizer,
+            title="Winter concert",
+            venue="Hall 1",
+            starts_at=self.clock.now() + timedelta(days=30),
+            sales_close_at=self.clock.now() + timedelta(days=29),
+            seat_limit=limit,
+            seats=specs,
+        )
+
+    async def seats(
+        self, show_id: int, labels: list[str], buyer: int | None = None
+    ) -> dict[str, Any]:
+        """A tickets order of ``buyer`` (the world's buyer) for these seats: its view."""
+        return await tickets.place_ticket_order(
+            self.deps,
+            buyer_id=self.buyer if buyer is None else buyer,
+            show_id=show_id,
+            labels=labels,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -47,9 +47,12 @@ OptionalDuration = Annotated[
 ]
 
 DEFAULT_ORDER_TYPES: dict[str, dict[str, dict[str, str]]] = {
-    "prod": {"normal": {}, "flash": {"pay": "5m", "reminder": "2m"}},
-    "dev": {"normal": {}, "flash": {"pay": "20s", "reminder": "10s"}},
+    "prod": {"normal": {}, "flash": {"pay": "5m", "reminder": "2m"}, "ticket": {"pay": "15m"}},
+    "dev": {"normal": {}, "flash": {"pay": "20s", "reminder": "10s"}, "ticket": {"pay": "60s"}},
 }
+#: Order types the server picks by what is bought: always known, with their defaults unless
+#: ``order_types`` sets them.
+SERVER_ORDER_TYPES = ("ticket",)
 
 
 class Settings(BaseSettings):
@@ -186,6 +189,8 @@ class Settings(BaseSettings):
         )
         by_type = {name: base.override(changes) for name, changes in types.items()}
         by_type.setdefault(deadlines.DEFAULT_ORDER_TYPE, base)
+        for name in SERVER_ORDER_TYPES:
+            by_type.setdefault(name, base.override(DEFAULT_ORDER_TYPES[self.profile][name]))
         return deadlines.DeadlinePolicy(by_type=by_type)
 
 

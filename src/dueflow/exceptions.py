@@ -15,6 +15,9 @@ The tree::
     │   │   └── NotYourRole          the order's other party does this (a buyer shipping)
     │   ├── InvalidTransition        the order's status does not allow this event
     │   ├── GoodsUnavailable         the goods are held by another order, sold or off sale
+    │   │   └── SeatUnavailable      a seat is held by another order or sold
+    │   ├── SeatLimitExceeded        past the show's per-buyer seat limit
+    │   ├── SalesClosed              the show takes no orders (closed, started, cancelled)
     │   ├── PaymentMismatch          a payment's amount differs from what is owed
     │   └── TimerNotWaiting          run now: the timer is claimed by a worker, done or cancelled
     ├── BackendError                 a database, trigger or notifier failed
@@ -115,6 +118,24 @@ class GoodsUnavailable(DomainError):
     """The goods are not available: held by another order, sold or off sale."""
 
     code = "goods_unavailable"
+
+
+class SeatUnavailable(GoodsUnavailable):
+    """A seat asked for is held by another order or sold."""
+
+    code = "seat_unavailable"
+
+
+class SeatLimitExceeded(DomainError):
+    """The order would take the buyer past the show's per-buyer seat limit."""
+
+    code = "seat_limit_exceeded"
+
+
+class SalesClosed(DomainError):
+    """The show takes no orders: its sales closed, it started or it was cancelled."""
+
+    code = "sales_closed"
 
 
 class PaymentMismatch(DomainError):

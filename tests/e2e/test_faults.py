@@ -72,7 +72,7 @@ async def seed_due(db: Database, count: int, start: int = 1) -> list[int]:
             [
                 {
                     "id": i,
-                    "profile": "marketplace",
+                    "flow": "marketplace",
                     "order_type": "normal",
                     "buyer_id": 2,
                     "seller_id": 1,

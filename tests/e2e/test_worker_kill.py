@@ -80,7 +80,7 @@ def seed_expired_orders(settings: Settings, count: int) -> datetime:
                     insert(orders),
                     [
                         {
-                            "profile": deps.lifecycle.name,
+                            "flow": "marketplace",
                             "order_type": "normal",
                             "buyer_id": buyer.id,
                             "seller_id": seller.id,

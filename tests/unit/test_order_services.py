@@ -78,7 +78,7 @@ async def test_place_order_holds_goods_and_schedules_timers(world):
     assert view["status"] == "pending_payment"
     assert view["amount"] == Decimal("12.50")
     assert view["order_type"] == "normal"
-    assert view["profile"] == "marketplace"
+    assert view["flow"] == "marketplace"
     assert view["buyer_id"] == world.buyer
     assert view["seller_id"] == world.seller
     assert view["goods_id"] == goods_id

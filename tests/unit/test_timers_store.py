@@ -25,7 +25,7 @@ async def make_orders(world, n: int) -> list[int]:
             ids.append(
                 await orders.insert_order(
                     conn,
-                    profile="marketplace",
+                    flow="marketplace",
                     order_type="normal",
                     buyer_id=world.buyer,
                     seller_id=world.seller,

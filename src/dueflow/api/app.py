@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from dueflow.api import admin_pages, errors, events, lists, notify, refunds, routes
+from dueflow.api import admin_pages, errors, events, lists, notify, refunds, routes, shows
 from dueflow.service import readiness, report
 from dueflow.service.deps import Deps
 
@@ -30,6 +30,7 @@ def create_app(
     app.include_router(routes.router(deps))
     app.include_router(lists.router(deps))
     app.include_router(refunds.router(deps))
+    app.include_router(shows.router(deps))
     app.include_router(events.router(deps))
     app.include_router(notify.router(deps))
     app.include_router(

@@ -44,6 +44,8 @@ STATUS: dict[type[errors.DueflowError], int] = {
     errors.NotYourRole: 403,
     errors.InvalidTransition: 409,
     errors.GoodsUnavailable: 409,
+    errors.SeatLimitExceeded: 409,
+    errors.SalesClosed: 409,
     errors.PaymentMismatch: 409,
     errors.TimerNotWaiting: 409,
     errors.BackendError: 503,

@@ -14,13 +14,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.schemas import errors
 from dueflow.exceptions import NotAllowed, NotFound
-from dueflow.service import accounts, operations, orders, payments
+from dueflow.service import accounts, operations, orders, payments, tickets
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
 from dueflow.store import orders as order_store
@@ -47,10 +47,27 @@ class NewGoods(Body):
 
 
 class NewOrder(Body):
-    """An order for goods; ``order_type`` picks the deadlines (the default type if omitted)."""
+    """An order for goods (``goods_id``; ``order_type`` picks the deadlines, the default type if
+    omitted), or for seats of a show (``show_id`` and ``seats``; the server picks the type)."""
 
-    goods_id: int = Field(ge=1, le=MAX_ID)
+    goods_id: int | None = Field(default=None, ge=1, le=MAX_ID)
     order_type: out.SingleLine | None = Field(default=None, max_length=32)
+    show_id: int | None = Field(default=None, ge=1, le=MAX_ID)
+    seats: list[out.SingleLine] | None = Field(
+        default=None, min_length=1, max_length=50, examples=[["A-12", "A-13"]]
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> NewOrder:
+        if (self.goods_id is None) == (self.show_id is None):
+            raise ValueError("give goods_id, or show_id with seats")
+        if self.show_id is not None and self.seats is None:
+            raise ValueError("seats: name the seats of the show to hold")
+        if self.goods_id is not None and self.seats is not None:
+            raise ValueError("seats go with a show_id, not with goods")
+        if self.show_id is not None and self.order_type is not None:
+            raise ValueError("order_type: the server picks it for seats (ticket)")
+        return self
 
 
 class NewPayment(Body):
@@ -155,8 +172,16 @@ def _orders(deps: Deps) -> APIRouter:
 
     @routes.post("", status_code=201, response_model=out.OrderView, responses=errors(400, 403, 409))
     async def place_order(body: NewOrder, request: Request) -> JSONResponse:
-        """Hold the goods for a new order awaiting payment (409 when held, sold or busy)."""
+        """Hold the goods, or the seats of a show, for a new order awaiting payment (409 when
+        held, sold, past the buyer's seat limit, sales closed, or busy)."""
         user = auth.caller(request)
+        if body.show_id is not None:
+            assert body.seats is not None  # checked by the body
+            view = await tickets.place_ticket_order(
+                deps, buyer_id=user.id, show_id=body.show_id, labels=body.seats
+            )
+            return answer(view, 201)
+        assert body.goods_id is not None
         options = {"order_type": body.order_type} if body.order_type is not None else {}
         view = await orders.place_order_view(
             deps, buyer_id=user.id, goods_id=body.goods_id, **options

@@ -176,11 +176,12 @@ class OrderListItem(View):
     timers and timeline (``GET /api/orders/{id}`` has those)."""
 
     id: int
-    profile: str = Field(description="the order's flow (marketplace)")
-    order_type: str
+    flow: str = Field(description="the order's life, chosen by what it holds: marketplace, tickets")
+    order_type: str = Field(description="picks the durations (normal, flash, ticket)")
     buyer_id: int
-    seller_id: int
-    goods_id: int
+    seller_id: int = Field(description="the goods' seller, the show's organizer")
+    goods_id: int | None = Field(description="the goods, for a marketplace order")
+    show_id: int | None = Field(description="the show, for a tickets order")
     amount: Money
     status: str
     created_at: datetime
@@ -199,14 +200,86 @@ class OrderListItem(View):
     updated_at: datetime
 
 
-class OrderView(OrderListItem):
-    """The order with its deadlines, payments, refunds, reviews, timers and timeline."""
+class LineView(View):
+    """One thing the order holds (or held): goods, a seat."""
 
+    kind: str = Field(description="goods | seat")
+    item_id: int = Field(description="the goods' or the seat's id")
+    label: str = Field(description="the goods' title or the seat's label")
+    quantity: int
+    price: Money = Field(description="each")
+
+
+class TicketView(View):
+    """A ticket of a paid tickets order: one per seat, its code unguessable."""
+
+    seat: str = Field(description="the seat's label")
+    code: str
+    state: str = Field(description="valid | void (the show was cancelled)")
+
+
+class OrderView(OrderListItem):
+    """The order with what it holds, its deadlines, payments, refunds, reviews, tickets, timers
+    and timeline."""
+
+    lines: list[LineView]
+    tickets: list[TicketView]
     payments: list[PaymentView]
     refunds: list[RefundView]
     reviews: list[ReviewView]
     timers: list[TimerView]
     timeline: list[EventView]
+
+
+class SeatCounts(View):
+    """How many seats of a show are in each state."""
+
+    free: int
+    held: int
+    sold: int
+
+
+class ShowView(View):
+    """A show: its organizer, times, per-buyer seat limit and seat counts."""
+
+    id: int
+    organizer_id: int
+    title: str
+    venue: str
+    starts_at: datetime
+    sales_close_at: datetime
+    seat_limit: int = Field(description="seats one buyer may hold or buy")
+    status: str = Field(description="on_sale | cancelled")
+    cancelled_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    seats: SeatCounts
+
+
+class SeatView(View):
+    """One seat of a show and its state."""
+
+    label: str
+    section: str
+    row: str | None
+    number: int
+    tier: str
+    price: Money
+    state: str = Field(description="free | held | sold")
+
+
+class SeatMap(View):
+    """Every seat of a show, in seat order."""
+
+    show_id: int
+    seats: list[SeatView]
+
+
+class ShowCancelled(View):
+    """The cancelled show, and how many live orders the worker is cancelling."""
+
+    show: ShowView
+    orders_to_cancel: int
 
 
 class PaymentStarted(View):

@@ -1,6 +1,8 @@
-"""Order statuses and the transition table, as data.
+"""Order statuses and one transition table per flow, as data.
 
-Every (status, event) pair either moves to exactly one next status or raises
+A flow is the life of one kind of order, chosen by what it holds: ``marketplace`` (one
+second-hand goods item), ``tickets`` (seats of a show). In each flow every (status, event) pair
+either moves to exactly one next status or raises
 :class:`~dueflow.exceptions.InvalidTransition` naming the current status. The store turns each
 move into one conditional UPDATE (``WHERE status = :expected``); nothing assigns a status directly.
 """
@@ -11,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import InvalidInput, InvalidTransition
 
 
@@ -24,6 +27,11 @@ class OrderStatus(StrEnum):
     COMPLETED = "completed"
     CANCELLED_UNPAID = "cancelled_unpaid"
     CANCELLED_UNSHIPPED = "cancelled_unshipped"
+    #: Tickets: paid is final for the buyer (seats sold, tickets issued); only the organizer
+    #: cancelling the show moves it on.
+    PAID = "paid"
+    #: Tickets: paid, then the show was cancelled; a refund awaits review.
+    CANCELLED_PAID = "cancelled_paid"
 
     @property
     def is_final(self) -> bool:
@@ -33,12 +41,13 @@ class OrderStatus(StrEnum):
     @property
     def is_cancelled(self) -> bool:
         """The order was cancelled and holds nothing."""
-        return self in (OrderStatus.CANCELLED_UNPAID, OrderStatus.CANCELLED_UNSHIPPED)
+        return self in CANCELLED_STATUSES
 
 
-FINAL_STATUSES = frozenset(
-    {OrderStatus.COMPLETED, OrderStatus.CANCELLED_UNPAID, OrderStatus.CANCELLED_UNSHIPPED}
+CANCELLED_STATUSES = frozenset(
+    {OrderStatus.CANCELLED_UNPAID, OrderStatus.CANCELLED_UNSHIPPED, OrderStatus.CANCELLED_PAID}
 )
+FINAL_STATUSES = CANCELLED_STATUSES | {OrderStatus.COMPLETED}
 
 
 class OrderEvent(StrEnum):
@@ -54,6 +63,8 @@ class OrderEvent(StrEnum):
     RECEIVE_TIMEOUT = "receive_timeout"
     REVIEWS_COMPLETE = "reviews_complete"
     REVIEW_TIMEOUT = "review_timeout"
+    #: The organizer cancels the show: every live order of it.
+    SHOW_CANCEL = "show_cancel"
 
 
 S = OrderStatus
@@ -61,11 +72,24 @@ E = OrderEvent
 
 
 @dataclass(frozen=True)
+class Stage:
+    """What an order in one status waits for: the deadline (an order column), the stage
+    duration that sets it (a :class:`~dueflow.domain.deadlines.StageDurations` field) and the
+    timer kind that acts on it."""
+
+    deadline: str
+    duration: str
+    timer: TimerKind
+
+
+@dataclass(frozen=True)
 class Lifecycle:
-    """The order life of one profile: which event moves which status where."""
+    """The order life of one flow: which event moves which status where, and the deadline each
+    status waits on (a status without a stage waits for nobody)."""
 
     name: str
     moves: Mapping[tuple[OrderStatus, OrderEvent], OrderStatus]
+    stages: Mapping[OrderStatus, Stage]
 
     def next_status(self, status: OrderStatus, event: OrderEvent) -> OrderStatus:
         """The status ``event`` moves an order in ``status`` to.
@@ -85,6 +109,11 @@ class Lifecycle:
         """The statuses from which ``event`` moves an order."""
         return frozenset(src for (src, ev) in self.moves if ev is event)
 
+    @property
+    def statuses(self) -> frozenset[OrderStatus]:
+        """Every status an order of this flow can be in."""
+        return frozenset(s for pair, to in self.moves.items() for s in (pair[0], to))
+
 
 MARKETPLACE = Lifecycle(
     name="marketplace",
@@ -100,14 +129,42 @@ MARKETPLACE = Lifecycle(
         (S.RECEIVED, E.REVIEWS_COMPLETE): S.COMPLETED,
         (S.RECEIVED, E.REVIEW_TIMEOUT): S.COMPLETED,
     },
+    stages={
+        S.PENDING_PAYMENT: Stage("pay_deadline", "pay", TimerKind.CANCEL_UNPAID),
+        S.PENDING_SHIPMENT: Stage("ship_deadline", "ship", TimerKind.CANCEL_UNSHIPPED),
+        S.SHIPPED: Stage("receive_deadline", "receive", TimerKind.CONFIRM_RECEIPT),
+        S.RECEIVED: Stage("review_deadline", "review", TimerKind.AUTO_REVIEW),
+    },
 )
 
-LIFECYCLES: Mapping[str, Lifecycle] = {MARKETPLACE.name: MARKETPLACE}
+#: Seats of one show: paid is final (a ticket per seat); no shipping, receipt or reviews.
+TICKETS = Lifecycle(
+    name="tickets",
+    moves={
+        (S.PENDING_PAYMENT, E.PAY): S.PAID,
+        (S.PENDING_PAYMENT, E.BUYER_CANCEL): S.CANCELLED_UNPAID,
+        (S.PENDING_PAYMENT, E.PAY_TIMEOUT): S.CANCELLED_UNPAID,
+        (S.PENDING_PAYMENT, E.SHOW_CANCEL): S.CANCELLED_UNPAID,
+        (S.PAID, E.SHOW_CANCEL): S.CANCELLED_PAID,
+    },
+    stages={S.PENDING_PAYMENT: Stage("pay_deadline", "pay", TimerKind.CANCEL_UNPAID)},
+)
+
+LIFECYCLES: Mapping[str, Lifecycle] = {flow.name: flow for flow in (MARKETPLACE, TICKETS)}
 
 
 def lifecycle(name: str) -> Lifecycle:
-    """The lifecycle called ``name``."""
+    """The flow called ``name``."""
     try:
         return LIFECYCLES[name]
     except KeyError:
-        raise InvalidInput(f"unknown order profile {name!r}") from None
+        raise InvalidInput(f"unknown flow {name!r}") from None
+
+
+def targets(expected: OrderStatus, event: OrderEvent) -> dict[str, OrderStatus]:
+    """Where ``event`` moves an order in ``expected``, per flow (flows that refuse it absent)."""
+    return {
+        name: flow.moves[(expected, event)]
+        for name, flow in LIFECYCLES.items()
+        if (expected, event) in flow.moves
+    }

@@ -17,6 +17,8 @@ class TimerKind(StrEnum):
     REFUND_CHECK = "refund_check"
     #: Close at their providers the attempts a paid order left open (no paying twice).
     CLOSE_ATTEMPTS = "close_attempts"
+    #: The organizer cancelled the order's show: cancel the order (refund it if paid).
+    SHOW_CANCEL = "show_cancel"
 
 
 class TimerState(StrEnum):

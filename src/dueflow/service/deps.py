@@ -9,13 +9,13 @@ from datetime import timedelta
 
 from dueflow.clock import Clock
 from dueflow.domain.deadlines import DeadlinePolicy
-from dueflow.domain.lifecycle import MARKETPLACE, Lifecycle
 from dueflow.locks import Locks, NoLocks
 from dueflow.metrics import Metrics
 from dueflow.notifiers.base import Notifier
 from dueflow.payments.base import Providers
+from dueflow.seatcache import NoSeatCache, SeatCache
 from dueflow.store.db import Database
-from dueflow.store.holds import GoodsHold, Hold
+from dueflow.store.holds import Holds
 from dueflow.store.timers import Armed
 from dueflow.timers.base import Trigger
 
@@ -32,8 +32,8 @@ class Deps:
     providers: Providers
     notifier: Notifier
     trigger: Trigger
-    lifecycle: Lifecycle = MARKETPLACE
-    hold: Hold = field(default_factory=GoodsHold)
+    holds: Holds = field(default_factory=Holds.build)
+    seat_cache: SeatCache = field(default_factory=NoSeatCache)
     locks: Locks = field(default_factory=NoLocks)
     lock_ttl: timedelta = timedelta(seconds=10)
     batch_size: int = 200

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Column, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.domain.lifecycle import OrderEvent, OrderStatus
+from dueflow.domain.lifecycle import LIFECYCLES, OrderEvent, OrderStatus
 from dueflow.domain.timers import TimerKind
 from dueflow.service.deps import Deps
-from dueflow.store import aftersale, events, orders, payments, timers
+from dueflow.store import aftersale, events, holds, orders, payments, timers
 from dueflow.store.schema import orders as t_orders
 
 S = OrderStatus
@@ -35,82 +35,106 @@ async def cancel_unpaid(
     actor: str,
     due_only: bool,
 ) -> list[Row[Any]]:
-    """pending_payment -> cancelled_unpaid; release the goods, close attempts, cancel timers."""
+    """pending_payment -> cancelled; release what each order holds, close attempts, cancel
+    timers."""
     moved = await orders.move(
         conn,
         order_ids,
         expected=S.PENDING_PAYMENT,
-        to=deps.lifecycle.next_status(S.PENDING_PAYMENT, event),
+        event=event,
         now=now,
         values={"cancelled_at": now, "cancel_reason": event.value},
         due=t_orders.c.pay_deadline if due_only else None,
     )
     ids = [r.id for r in moved]
-    await orders.record_events(
-        conn,
-        ids,
-        event=event.value,
-        actor=actor,
-        now=now,
-        from_status=S.PENDING_PAYMENT,
-        to_status=S.CANCELLED_UNPAID,
-    )
-    await deps.hold.release(conn, ids, now)
-    await _released(conn, deps, moved, "back on sale", actor=actor, now=now)
+    await record_moves(conn, moved, S.PENDING_PAYMENT, event, actor=actor, now=now)
+    for hold, held_ids in deps.holds.for_flows(moved):
+        await hold.release(conn, held_ids, now)
+    await _released(conn, moved, "back on sale", actor=actor, now=now)
     await payments.close_open(conn, ids, now)
     await timers.cancel_for_orders(conn, ids, now)
     return moved
 
 
-async def cancel_unshipped(
+async def cancel_paid(
     conn: AsyncConnection,
     deps: Deps,
     order_ids: Sequence[int],
     *,
+    expected: OrderStatus,
     now: datetime,
     event: OrderEvent,
     actor: str,
     due_only: bool,
 ) -> list[Row[Any]]:
-    """pending_shipment -> cancelled_unshipped; a refund in review, the goods taken off sale."""
+    """A paid order is cancelled (not shipped in time, the seller or the organizer cancels):
+    a refund in review, what it held forfeited (goods off sale, tickets void)."""
+    stage = stage_deadline(expected) if due_only else None
     moved = await orders.move(
         conn,
         order_ids,
-        expected=S.PENDING_SHIPMENT,
-        to=deps.lifecycle.next_status(S.PENDING_SHIPMENT, event),
+        expected=expected,
+        event=event,
         now=now,
         values={"cancelled_at": now, "cancel_reason": event.value},
-        due=t_orders.c.ship_deadline if due_only else None,
+        due=stage,
     )
     ids = [r.id for r in moved]
-    await orders.record_events(
-        conn,
-        ids,
-        event=event.value,
-        actor=actor,
-        now=now,
-        from_status=S.PENDING_SHIPMENT,
-        to_status=S.CANCELLED_UNSHIPPED,
-    )
-    await deps.hold.forfeit(conn, ids, now)
-    await _released(conn, deps, moved, "taken off sale", actor=actor, now=now)
+    await record_moves(conn, moved, expected, event, actor=actor, now=now)
+    for hold, held_ids in deps.holds.for_flows(moved):
+        await hold.forfeit(conn, held_ids, now)
+    await _released(conn, moved, FORFEITED, actor=actor, now=now)
     paid = await payments.for_orders(conn, ids, state=payments.PAID)
     await payments.create_refunds(conn, paid, reason=event.value, now=now, actor=actor)
     await timers.cancel_for_orders(conn, ids, now)
     return moved
 
 
+#: Where a forfeited hold went, per kind (the detail of the ``released`` event).
+FORFEITED = {"goods": "taken off sale", "seat": "let go, tickets void"}
+
+
+def stage_deadline(status: OrderStatus) -> Column[Any]:
+    """The deadline column an order in ``status`` waits on (the same in every flow that has a
+    stage there)."""
+    names = {f.stages[status].deadline for f in LIFECYCLES.values() if status in f.stages}
+    (name,) = names
+    return t_orders.c[name]
+
+
+async def record_moves(
+    conn: AsyncConnection,
+    moved: Sequence[Row[Any]],
+    expected: OrderStatus,
+    event: OrderEvent,
+    *,
+    actor: str,
+    now: datetime,
+) -> None:
+    """The timeline entry of each moved order, naming the status its flow moved it to."""
+    for to, rows in orders.moved_to(moved, expected, event).items():
+        await orders.record_events(
+            conn, rows, event=event.value, actor=actor, now=now, from_status=expected, to_status=to
+        )
+
+
 async def _released(
     conn: AsyncConnection,
-    deps: Deps,
     moved: Sequence[Row[Any]],
-    how: str,
+    how: str | dict[str, str],
     *,
     actor: str,
     now: datetime,
 ) -> None:
     """The ``released`` event of each cancelled order: what it held, and where that went."""
-    entries = [(r.id, f"{deps.hold.held(r)} {how}") for r in moved]
+    if not moved:
+        return
+    lines = await holds.lines_of(conn, [r.id for r in moved])
+    entries = []
+    for r in moved:
+        kinds = {line.kind for line in lines[r.id]}
+        where = how if isinstance(how, str) else "; ".join(how[k] for k in sorted(kinds))
+        entries.append((r.id, f"{holds.describe(lines[r.id])} {where}"))
     await events.record_each(conn, entries, event="released", actor=actor, now=now)
 
 
@@ -129,7 +153,7 @@ async def receive(
         conn,
         order_ids,
         expected=S.SHIPPED,
-        to=deps.lifecycle.next_status(S.SHIPPED, event),
+        event=event,
         now=now,
         values=lambda order_type: {
             "received_at": now,
@@ -176,7 +200,7 @@ async def complete(
         conn,
         order_ids,
         expected=S.RECEIVED,
-        to=deps.lifecycle.next_status(S.RECEIVED, event),
+        event=event,
         now=now,
         values={"completed_at": now},
         due=t_orders.c.review_deadline if due_only else None,

@@ -135,7 +135,7 @@ async def orders_list(
     limit: int,
 ) -> Page:
     """The caller's orders as ``role`` (never anyone else's, admins included), newest first,
-    optionally in one status and of one flow (an order's flow is its ``profile``).
+    optionally in one status and of one flow.
 
     Raises:
         InvalidInput: an unknown flow, a bad cursor or limit.
@@ -155,7 +155,7 @@ async def orders_list(
             party=role,
             user_id=caller.id,
             status=status_value,
-            profile=flow,
+            flow=flow,
             after=position,
             limit=_checked_limit(limit),
         )

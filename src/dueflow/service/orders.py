@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from dueflow import locks
 from dueflow.domain.deadlines import DEFAULT_ORDER_TYPE
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
+from dueflow.domain.lifecycle import lifecycle as flow_named
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import (
     Busy,
@@ -26,7 +27,7 @@ from dueflow.payments.base import CloseResult
 from dueflow.service import lifecycle
 from dueflow.service import payments as payment_service
 from dueflow.service.deps import Deps
-from dueflow.store import aftersale, goods, orders, payments, timers, users
+from dueflow.store import aftersale, goods, holds, orders, payments, shows, timers, users
 from dueflow.store.goods import ON_SALE
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ async def _place(
             raise GoodsUnavailable(f"goods {goods_id} are {_goods_state(item)}")
         order_id = await orders.insert_order(
             conn,
-            profile=deps.lifecycle.name,
+            flow="marketplace",
             order_type=order_type,
             buyer_id=buyer_id,
             seller_id=item.seller_id,
@@ -100,8 +101,9 @@ async def _place(
             updated_at=now,
             pay_deadline=policy.pay_deadline(order_type, now),
         )
-        if not await deps.hold.hold(conn, order_id, goods_id, now):
-            raise GoodsUnavailable(f"goods {goods_id} were just taken by another order")
+        line = holds.Line(kind="goods", item_id=goods_id, label=item.title, price=item.price)
+        await holds.insert_lines(conn, order_id, [line])
+        await deps.holds.of(line.kind).hold(conn, holds.Holder(order_id, buyer_id), [line], now)
         new = [
             timers.NewTimer(order_id, TimerKind.CANCEL_UNPAID, policy.pay_deadline(order_type, now))
         ]
@@ -120,7 +122,7 @@ async def _place(
         )
         if not view:
             return {"id": order_id}, armed
-        return await _view(conn, order_id, new=True), armed
+        return await view_in(conn, order_id, new=True), armed
 
 
 def _goods_state(item: Row[Any]) -> str:
@@ -162,7 +164,7 @@ async def cancel_by_buyer(deps: Deps, *, order_id: int, user_id: int) -> None:
     """
     async with deps.db.read() as conn:
         order = await _own_order(conn, order_id, user_id, "buyer", lock=False)
-    deps.lifecycle.next_status(OrderStatus(order.status), E.BUYER_CANCEL)
+    flow_named(order.flow).next_status(OrderStatus(order.status), E.BUYER_CANCEL)
     async with locks.held(deps.locks, f"order:{order_id}", deps.lock_ttl):
         await _cancel_unpaid_by_buyer(deps, order_id, user_id)
 
@@ -208,11 +210,12 @@ async def ship(deps: Deps, *, order_id: int, user_id: int, carrier: str, trackin
     now = deps.clock.now()
     async with deps.db.write() as conn:
         order = await _own_order(conn, order_id, user_id, "seller")
+        flow_named(order.flow).next_status(OrderStatus(order.status), E.SHIP)
         moved = await orders.move(
             conn,
             [order_id],
             expected=S.PENDING_SHIPMENT,
-            to=deps.lifecycle.next_status(OrderStatus(order.status), E.SHIP),
+            event=E.SHIP,
             now=now,
             values=lambda order_type: {
                 "shipped_at": now,
@@ -266,11 +269,12 @@ async def cancel_by_seller(deps: Deps, *, order_id: int, user_id: int) -> None:
     now = deps.clock.now()
     async with deps.db.write() as conn:
         order = await _own_order(conn, order_id, user_id, "seller")
-        deps.lifecycle.next_status(OrderStatus(order.status), E.SELLER_CANCEL)
-        moved = await lifecycle.cancel_unshipped(
+        flow_named(order.flow).next_status(OrderStatus(order.status), E.SELLER_CANCEL)
+        moved = await lifecycle.cancel_paid(
             conn,
             deps,
             [order_id],
+            expected=S.PENDING_SHIPMENT,
             now=now,
             event=E.SELLER_CANCEL,
             actor=f"user:{user_id}",
@@ -290,7 +294,7 @@ async def confirm_receipt(deps: Deps, *, order_id: int, user_id: int) -> None:
     now = deps.clock.now()
     async with deps.db.write() as conn:
         order = await _own_order(conn, order_id, user_id, "buyer")
-        deps.lifecycle.next_status(OrderStatus(order.status), E.CONFIRM_RECEIPT)
+        flow_named(order.flow).next_status(OrderStatus(order.status), E.CONFIRM_RECEIPT)
         moved, armed = await lifecycle.receive(
             conn,
             deps,
@@ -379,15 +383,29 @@ async def review(deps: Deps, *, order_id: int, user_id: int, rating: int, commen
 async def order_view(deps: Deps, order_id: int) -> dict[str, Any]:
     """The order with its payments, refunds, reviews, timers and timeline."""
     async with deps.db.read() as conn:
-        return await _view(conn, order_id)
+        return await view_in(conn, order_id)
 
 
-async def _view(conn: AsyncConnection, order_id: int, *, new: bool = False) -> dict[str, Any]:
+async def view_in(conn: AsyncConnection, order_id: int, *, new: bool = False) -> dict[str, Any]:
     """The order's view; ``new``: placed in this transaction (nothing refers to it yet)."""
     order = await orders.get(conn, order_id)
     if order is None:
         raise NotFound(f"no order {order_id}")
     view = dict(order._mapping)
+    view["lines"] = [
+        {
+            "kind": r.kind,
+            "item_id": r.item_id,
+            "label": r.label,
+            "quantity": r.quantity,
+            "price": r.price,
+        }
+        for r in (await holds.lines_of(conn, [order_id]))[order_id]
+    ]
+    view["tickets"] = [
+        {"seat": t.label, "code": t.code, "state": t.state}
+        for t in ([] if new else await shows.tickets_for(conn, order_id))
+    ]
     if new:
         view["payments"], view["refunds"], view["reviews"] = [], [], []
     else:

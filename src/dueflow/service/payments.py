@@ -15,6 +15,7 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow import locks
+from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.money import parse_yuan
 from dueflow.domain.timers import TimerKind
@@ -37,7 +38,7 @@ from dueflow.payments.base import (
     VerifiedPayment,
 )
 from dueflow.service.deps import Deps
-from dueflow.store import goods, orders, payments, timers
+from dueflow.store import holds, orders, payments, shows, timers
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,14 @@ async def confirm_payment_locked(
         if attempt is None:
             raise NotFound(f"no payment attempt {payment.pay_no}")
         outcome, armed = await apply_payment(
-            conn, deps, attempt, payment, now=now, actor=actor, order_type=attempt.order_type
+            conn,
+            deps,
+            attempt,
+            payment,
+            now=now,
+            actor=actor,
+            order_type=attempt.order_type,
+            flow_name=attempt.flow,
         )
         if also is not None:
             await also(conn, outcome)
@@ -139,37 +147,47 @@ async def apply_payment(
     now: datetime,
     actor: str,
     order_type: str | None = None,
+    flow_name: str | None = None,
 ) -> tuple[PaymentOutcome, list[timers.Armed]]:
     """Inside a write transaction holding the attempt: the body of :func:`confirm_payment`.
 
-    ``order_type``: the order's type when the caller already holds the order locked (read with
-    the attempt); otherwise the order is read and locked here."""
+    ``order_type``, ``flow_name``: the order's when the caller already holds the order locked
+    (read with the attempt); otherwise the order is read and locked here."""
     if payment.amount != attempt.amount:
         raise PaymentMismatch(
             f"paid {payment.amount} but attempt {attempt.pay_no} is for {attempt.amount}"
         )
     if attempt.state == payments.PAID:
         return PaymentOutcome.DUPLICATE, []
-    if order_type is None:
+    if order_type is None or flow_name is None:
         order = await orders.get(conn, attempt.order_id, for_update=True)
         assert order is not None  # a foreign key
-        order_type = str(order.order_type)
+        order_type, flow_name = str(order.order_type), str(order.flow)
     await payments.mark_paid(conn, attempt.id, provider_trade_no=payment.provider_trade_no, now=now)
-    ship_deadline = deps.policy.ship_deadline(order_type, now)
+    # Where paying moves the order in its flow, and the deadline that status waits on, if any.
+    flow = lifecycle.lifecycle(flow_name)
+    to = flow.next_status(OrderStatus.PENDING_PAYMENT, OrderEvent.PAY)
+    stage = flow.stages.get(to)
+    values: dict[str, Any] = {"paid_at": now}
+    if stage is not None:
+        values[stage.deadline] = now + getattr(deps.policy.durations(order_type), stage.duration)
     # Plain values (not per type): one conditional UPDATE ... RETURNING where the dialect has it.
     moved = await orders.move(
         conn,
         [attempt.order_id],
         expected=OrderStatus.PENDING_PAYMENT,
-        to=OrderStatus.PENDING_SHIPMENT,
+        event=OrderEvent.PAY,
         now=now,
-        values={"paid_at": now, "ship_deadline": ship_deadline},
+        values=values,
     )
     if moved:
         order = moved[0]
-        await deps.hold.settle(conn, [order.id], now)
+        for hold, held_ids in deps.holds.for_flows(moved):
+            await hold.settle(conn, held_ids, now)
         await timers.cancel_for_orders(conn, [order.id], now)
-        new = [timers.NewTimer(order.id, TimerKind.CANCEL_UNSHIPPED, ship_deadline)]
+        new = []
+        if stage is not None:
+            new.append(timers.NewTimer(order.id, stage.timer, values[stage.deadline]))
         if await payments.has_open(conn, order.id):
             # Another code the buyer was shown can still be paid: close it at its provider,
             # after this commit (never a provider call inside the transaction), retried until
@@ -183,7 +201,7 @@ async def apply_payment(
             actor=actor,
             now=now,
             from_status=OrderStatus.PENDING_PAYMENT,
-            to_status=OrderStatus.PENDING_SHIPMENT,
+            to_status=to,
             detail=f"{attempt.provider} {attempt.pay_no} {attempt.amount}",
         )
         return PaymentOutcome.CONFIRMED, armed
@@ -295,7 +313,14 @@ async def _record_manual(
         assert attempt is not None
         payment = VerifiedPayment(pay_no=pay_no, amount=value, provider_trade_no=reference)
         outcome, armed = await apply_payment(
-            conn, deps, attempt, payment, now=now, actor="operator", order_type=order.order_type
+            conn,
+            deps,
+            attempt,
+            payment,
+            now=now,
+            actor="operator",
+            order_type=order.order_type,
+            flow_name=order.flow,
         )
     return pay_no, outcome, armed
 
@@ -463,7 +488,18 @@ async def _new_attempt(
             now=now,
             detail=f"{provider} {pay_no}",
         )
-        item = await goods.get(conn, order.goods_id)
+        subject = await _subject(conn, order)
         row = await payments.by_pay_no(conn, pay_no)
-    assert row is not None and item is not None
-    return row, str(item.title)
+    assert row is not None
+    return row, subject
+
+
+async def _subject(conn: AsyncConnection, order: Row[Any]) -> str:
+    """What the buyer pays for, as the provider shows it: the goods' title, or the show's
+    title and the seats."""
+    labels = ", ".join(line.label for line in (await holds.lines_of(conn, [order.id]))[order.id])
+    if order.show_id is None:
+        return labels
+    show = await shows.get(conn, order.show_id)
+    assert show is not None  # a foreign key
+    return f"{show.title} {labels}"

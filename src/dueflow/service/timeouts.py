@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -61,6 +62,23 @@ async def _settle(
         await timers.rearm(conn, timer, due_at=due_at)
 
 
+@dataclass(frozen=True)
+class _Cancel:
+    """Why unpaid orders are cancelled: the event, whether only orders past their pay deadline
+    move, whether paid orders are cancelled too (and refunded), and the timers' outcome."""
+
+    event: OrderEvent
+    due_only: bool
+    paid_too: bool
+    done: str
+
+
+PAY_TIMEOUT = _Cancel(E.PAY_TIMEOUT, due_only=True, paid_too=False, done="cancelled")
+SHOW_CANCELLED = _Cancel(
+    E.SHOW_CANCEL, due_only=False, paid_too=True, done="cancelled: the show was cancelled"
+)
+
+
 async def cancel_unpaid(deps: Deps, batch: Sequence[Claimed]) -> None:
     """Cancel unpaid orders at their pay deadline, after closing their trades at the provider.
 
@@ -68,14 +86,24 @@ async def cancel_unpaid(deps: Deps, batch: Sequence[Claimed]) -> None:
     others, so a provider that hangs delays only its own orders. Paid trades are confirmed
     instead; unknown answers retry the timer with backoff.
     """
+    await _cancel(deps, batch, PAY_TIMEOUT)
+
+
+async def cancel_for_show(deps: Deps, batch: Sequence[Claimed]) -> None:
+    """Cancel the orders of a cancelled show: unpaid ones as at their pay deadline (trades
+    closed first), paid ones (also those found paid at the close) with a refund in review."""
+    await _cancel(deps, batch, SHOW_CANCELLED)
+
+
+async def _cancel(deps: Deps, batch: Sequence[Claimed], how: _Cancel) -> None:
     now = deps.clock.now()
     attempts = await payment_service.open_attempts(deps, [t.order_id for t in batch], now)
     trading = {row.order_id for row in attempts}
     plain = [t for t in batch if t.order_id not in trading]
     closing = [t for t in batch if t.order_id in trading]
-    parts = [_cancel_or_retry(deps, plain, [], {}, set(), {}, now)] if plain else []
+    parts = [_cancel_or_retry(deps, how, plain, [], {}, set(), {}, now)] if plain else []
     if closing:
-        parts.append(_close_then_cancel(deps, closing, attempts, now))
+        parts.append(_close_then_cancel(deps, how, closing, attempts, now))
     # Both halves end before the handler does (a failing one must not leave the other running
     # after the worker hands the batch back); the first failure is raised then.
     for result in await asyncio.gather(*parts, return_exceptions=True):
@@ -84,7 +112,7 @@ async def cancel_unpaid(deps: Deps, batch: Sequence[Claimed]) -> None:
 
 
 async def _close_then_cancel(
-    deps: Deps, batch: Sequence[Claimed], attempts: Sequence[Row[Any]], now: datetime
+    deps: Deps, how: _Cancel, batch: Sequence[Claimed], attempts: Sequence[Row[Any]], now: datetime
 ) -> None:
     """Close-or-query the batch's trades, confirm those found paid, cancel the rest."""
     closing = await payment_service.close_attempts(deps, attempts, now)
@@ -102,11 +130,12 @@ async def _close_then_cancel(
                 log.exception("confirming payment found at close failed for order %s", order_id)
                 unknown[order_id] = f"confirming the paid trade failed: {exc}"
     # The provider may have taken seconds: the cancel records the time it happens.
-    await _cancel_or_retry(deps, batch, attempts, unknown, paid, mismatched, deps.clock.now())
+    await _cancel_or_retry(deps, how, batch, attempts, unknown, paid, mismatched, deps.clock.now())
 
 
 async def _cancel_or_retry(
     deps: Deps,
+    how: _Cancel,
     batch: Sequence[Claimed],
     attempts: Sequence[Row[Any]],
     unknown: dict[int, str],
@@ -127,8 +156,25 @@ async def _cancel_or_retry(
                     conn, payment, detail=detail, now=now
                 )
         moved = await lifecycle.cancel_unpaid(
-            conn, deps, cancellable, now=now, event=E.PAY_TIMEOUT, actor="timer", due_only=True
+            conn,
+            deps,
+            cancellable,
+            now=now,
+            event=how.event,
+            actor="timer",
+            due_only=how.due_only,
         )
+        if how.paid_too:
+            moved += await lifecycle.cancel_paid(
+                conn,
+                deps,
+                [oid for oid in order_ids if oid not in unknown],
+                expected=S.PAID,
+                now=now,
+                event=how.event,
+                actor="timer",
+                due_only=False,
+            )
         settled = [t for t in batch if t.order_id not in unknown]
         await _settle(
             conn,
@@ -136,7 +182,7 @@ async def _cancel_or_retry(
             {r.id for r in moved},
             expected=S.PENDING_PAYMENT,
             deadline=t_orders.c.pay_deadline,
-            done="cancelled",
+            done=how.done,
             now=now,
         )
         retry = [t for t in batch if t.order_id in unknown]
@@ -149,10 +195,11 @@ async def cancel_unshipped(deps: Deps, batch: Sequence[Claimed]) -> None:
     """Cancel paid orders the seller did not ship by the ship deadline; refunds await review."""
     now = deps.clock.now()
     async with deps.db.write() as conn:
-        moved = await lifecycle.cancel_unshipped(
+        moved = await lifecycle.cancel_paid(
             conn,
             deps,
             [t.order_id for t in batch],
+            expected=S.PENDING_SHIPMENT,
             now=now,
             event=E.SHIP_TIMEOUT,
             actor="timer",
@@ -226,4 +273,5 @@ HANDLERS: Mapping[TimerKind, Handler] = {
     TimerKind.AUTO_REVIEW: auto_review,
     TimerKind.REFUND_CHECK: refunds.check_refunds,
     TimerKind.CLOSE_ATTEMPTS: closing.close_leftover_attempts,
+    TimerKind.SHOW_CANCEL: cancel_for_show,
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -120,6 +120,19 @@ def _kind(error: exc.DBAPIError | UnicodeEncodeError) -> type[DueflowError]:
     return BackendUnavailable
 
 
+AfterCommit = Callable[[], Awaitable[None]]
+_AFTER_COMMIT = "dueflow_after_commit"
+
+
+def after_commit(conn: AsyncConnection, hook: AfterCommit) -> None:
+    """Run ``hook`` once the write transaction of ``conn`` has committed (never if it rolls
+    back); a failing hook is logged, never raised."""
+    hooks = conn.info.get(_AFTER_COMMIT)
+    if hooks is None:
+        raise RuntimeError("after_commit needs a connection of Database.write()")
+    hooks.append(hook)
+
+
 class Database:
     """One engine and its transactions."""
 
@@ -179,11 +192,23 @@ class Database:
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
+        hooks: list[AfterCommit] = []
         try:
             async with self.engine.begin() as conn:
-                yield conn
+                conn.info[_AFTER_COMMIT] = hooks
+                try:
+                    yield conn
+                finally:
+                    conn.info.pop(_AFTER_COMMIT, None)
         except (exc.DBAPIError, UnicodeEncodeError) as error:
             raise translate(error) from error
+        for hook in hooks:
+            try:
+                await hook()
+            except Exception:
+                # What runs after a commit is a copy of the truth (a cache): its trouble is
+                # logged and repaired later, never a failure of what committed.
+                log.exception("an after-commit step failed; the committed change stands")
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:

@@ -1,33 +1,71 @@
 """What an order holds, behind one small interface per kind of thing held.
 
-Today an order holds one goods item. Seats, stock units and coupons (planned) implement the same
-four verbs (and say what they hold), and every cancel calls ``release`` or ``forfeit`` in the
-cancel's own transaction.
+An order's lines say what it holds (``order_lines``); each kind is held and let go by its own
+:class:`Hold`, and every flow names the kinds its orders hold (:func:`for_flows`). Every cancel
+calls ``release`` or ``forfeit`` of each kind in the cancel's own transaction; the order code
+never branches on kinds.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store import goods
+from dueflow.exceptions import GoodsUnavailable
+from dueflow.seatcache import NoSeatCache, SeatCache
+from dueflow.store import goods, shows
+from dueflow.store.db import after_commit
+from dueflow.store.schema import order_lines
+
+
+@dataclass(frozen=True)
+class Line:
+    """One thing an order holds: its kind (a :class:`Hold`'s), the item's id, what the buyer
+    saw, how many, and the price of each."""
+
+    kind: str
+    item_id: int
+    label: str
+    price: Decimal
+    quantity: int = 1
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The order taking the lines, and what a kind may need of it to hold them."""
+
+    order_id: int
+    buyer_id: int
+    show_id: int | None = None
 
 
 class Hold(ABC):
     """Holding and letting go of one kind of thing."""
 
+    #: The ``order_lines.kind`` this Hold keeps.
+    kind: str
+
     @abstractmethod
-    async def hold(self, conn: AsyncConnection, order_id: int, item_id: int, now: datetime) -> bool:
-        """Hold ``item_id`` for ``order_id``; False when someone else holds it or it is not for sale."""
+    async def hold(
+        self, conn: AsyncConnection, holder: Holder, lines: Sequence[Line], now: datetime
+    ) -> None:
+        """Hold all of ``lines`` (of this kind) for the order, or raise and hold nothing.
+
+        Raises:
+            GoodsUnavailable: (or a subclass) an item is held by another order or not for sale.
+        """
 
     @abstractmethod
     async def release(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
-        """Put back on sale what these cancelled orders held; returns how many items."""
+        """Put back what these cancelled unpaid orders held; returns how many items."""
 
     @abstractmethod
     async def settle(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
@@ -35,19 +73,20 @@ class Hold(ABC):
 
     @abstractmethod
     async def forfeit(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
-        """Clear the hold and take the items off sale (the seller failed to deliver)."""
-
-    @abstractmethod
-    def held(self, order: Row[Any]) -> str:
-        """What ``order`` (a moved order's row) holds, in words: the detail of its ``released``
-        event."""
+        """A paid order is cancelled: clear its hold (goods go off sale, tickets are void)."""
 
 
 class GoodsHold(Hold):
     """One second-hand goods item per order."""
 
-    async def hold(self, conn: AsyncConnection, order_id: int, item_id: int, now: datetime) -> bool:
-        return await goods.hold_goods(conn, item_id, order_id, now)
+    kind = "goods"
+
+    async def hold(
+        self, conn: AsyncConnection, holder: Holder, lines: Sequence[Line], now: datetime
+    ) -> None:
+        for line in lines:
+            if not await goods.hold_goods(conn, line.item_id, holder.order_id, now):
+                raise GoodsUnavailable(f"goods {line.item_id} were just taken by another order")
 
     async def release(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
         return await goods.release_goods(conn, order_ids, now)
@@ -58,5 +97,122 @@ class GoodsHold(Hold):
     async def forfeit(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
         return await goods.take_off_sale(conn, order_ids, now)
 
-    def held(self, order: Row[Any]) -> str:
-        return f"goods {order.goods_id}"
+
+class SeatHold(Hold):
+    """Seats of one show; the seat cache is told after each commit."""
+
+    kind = "seat"
+
+    def __init__(self, cache: SeatCache | None = None) -> None:
+        self.cache = cache or NoSeatCache()
+
+    async def hold(
+        self, conn: AsyncConnection, holder: Holder, lines: Sequence[Line], now: datetime
+    ) -> None:
+        assert holder.show_id is not None
+        seat_rows = [_SeatRow(line.item_id, line.label) for line in lines]
+        await shows.hold_seats(
+            conn,
+            show_id=holder.show_id,
+            order_id=holder.order_id,
+            buyer_id=holder.buyer_id,
+            seat_rows=seat_rows,
+            now=now,
+        )
+        labels = tuple(sorted(line.label for line in lines))
+        self._tell(conn, [shows.SeatMove(holder.show_id, labels, shows.FREE, shows.HELD)])
+
+    async def release(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+        return self._tell(conn, await shows.release_seats(conn, order_ids))
+
+    async def settle(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+        return self._tell(conn, await shows.sell_seats(conn, order_ids, now))
+
+    async def forfeit(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+        return self._tell(conn, await shows.void_seats(conn, order_ids, now))
+
+    def _tell(self, conn: AsyncConnection, moves: list[shows.SeatMove]) -> int:
+        if moves:
+            cache = self.cache
+            after_commit(conn, lambda: cache.moved(moves))
+        return sum(len(m.labels) for m in moves)
+
+
+@dataclass(frozen=True)
+class _SeatRow:
+    id: int
+    label: str
+
+
+#: The kinds each flow's orders hold.
+FLOW_KINDS: Mapping[str, tuple[str, ...]] = {"marketplace": ("goods",), "tickets": ("seat",)}
+
+
+@dataclass(frozen=True)
+class Holds:
+    """Every kind's :class:`Hold`, and which kinds each flow holds."""
+
+    by_kind: Mapping[str, Hold]
+
+    @classmethod
+    def build(cls, *, seat_cache: SeatCache | None = None) -> Holds:
+        """One Hold per kind (the seat cache, if any, goes to the seats')."""
+        kinds: list[Hold] = [GoodsHold(), SeatHold(seat_cache)]
+        return cls({h.kind: h for h in kinds})
+
+    def of(self, kind: str) -> Hold:
+        """The Hold of ``kind``."""
+        return self.by_kind[kind]
+
+    def for_flows(self, moved: Sequence[Row[Any]]) -> list[tuple[Hold, list[int]]]:
+        """For moved orders (rows with ``id`` and ``flow``): each Hold their flows hold, with
+        the ids of the orders it concerns."""
+        ids_by_kind: dict[str, list[int]] = defaultdict(list)
+        for row in moved:
+            for kind in FLOW_KINDS[row.flow]:
+                ids_by_kind[kind].append(row.id)
+        return [(self.by_kind[kind], ids) for kind, ids in ids_by_kind.items()]
+
+
+async def insert_lines(conn: AsyncConnection, order_id: int, lines: Sequence[Line]) -> None:
+    """Write what the order holds (kept for good: what was bought)."""
+    await conn.execute(
+        order_lines.insert(),
+        [
+            {
+                "order_id": order_id,
+                "kind": line.kind,
+                "item_id": line.item_id,
+                "label": line.label[:200],
+                "quantity": line.quantity,
+                "price": line.price,
+            }
+            for line in lines
+        ],
+    )
+
+
+async def lines_of(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int, list[Row[Any]]]:
+    """Each order's lines, in the order they were written."""
+    found: dict[int, list[Row[Any]]] = {oid: [] for oid in order_ids}
+    if not order_ids:
+        return found
+    query = (
+        select(order_lines).where(order_lines.c.order_id.in_(order_ids)).order_by(order_lines.c.id)
+    )
+    for row in (await conn.execute(query)).all():
+        found[row.order_id].append(row)
+    return found
+
+
+def describe(lines: Sequence[Row[Any]]) -> str:
+    """What lines hold, in words (the detail of a ``released`` event): ``goods 7``,
+    ``seats A-1, A-2``."""
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for line in lines:
+        by_kind[line.kind].append(str(line.item_id) if line.kind == "goods" else line.label)
+    parts = []
+    for kind, items in by_kind.items():
+        noun = kind if len(items) == 1 or kind == "goods" else f"{kind}s"
+        parts.append(f"{noun} {', '.join(items)}")
+    return "; ".join(parts) or "nothing"

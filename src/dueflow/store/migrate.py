@@ -3,13 +3,17 @@ whether a schema is at the revision this code needs (``serve``, ``worker`` and `
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import exc, inspect, text
+from sqlalchemy import event, exc, inspect, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from dueflow.exceptions import NotMigrated
-from dueflow.store.db import Database
+from dueflow.store.db import SQLITE_BUSY_TIMEOUT_MS, Database
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -26,7 +30,7 @@ def alembic_config(connection: Any = None) -> Any:
 
 
 # The newest revision in migrations/versions (a test keeps this in step with the scripts).
-HEAD = "0008"
+HEAD = "0009"
 
 
 async def at_head(db: Database) -> bool:
@@ -78,8 +82,42 @@ async def upgrade(db: Database, revision: str = "head") -> None:
         return
     from alembic import command
 
-    async with db.engine.begin() as conn:
+    async with _schema_engine(db) as engine, engine.begin() as conn:
         await conn.run_sync(lambda sync: command.upgrade(alembic_config(sync), revision))
+        if db.dialect == "sqlite":
+            await _check_foreign_keys(conn)
+
+
+@asynccontextmanager
+async def _schema_engine(db: Database) -> AsyncIterator[AsyncEngine]:
+    """The engine migrations run on. SQLite changes a table by rebuilding it, which its foreign
+    keys refuse while other tables refer to it: there migrations get a connection of their own
+    with foreign keys off (checked whole before the commit), never one of the pool's."""
+    if db.dialect != "sqlite":
+        yield db.engine
+        return
+    engine = create_async_engine(db.report_engine.url, poolclass=NullPool)
+    event.listen(engine.sync_engine, "connect", _without_foreign_keys)
+    event.listen(engine.sync_engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+def _without_foreign_keys(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=OFF")
+    cursor.close()
+
+
+async def _check_foreign_keys(conn: AsyncConnection) -> None:
+    broken = (await conn.exec_driver_sql("PRAGMA foreign_key_check")).all()
+    if broken:
+        raise RuntimeError(f"a migration left rows that refer to nothing: {broken[:5]}")
 
 
 async def current_tables(db: Database) -> set[str]:

@@ -1,5 +1,6 @@
 """Statements on orders. Every status change goes through :func:`move`: one conditional UPDATE
-per (expected status, order type) group, whose row count decides."""
+per (expected status, order type) group, whose row count decides; each order moves where its
+flow's transition table sends it."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Row, String, func, insert, literal, select, update
+from sqlalchemy import Column, Row, String, case, func, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.domain.lifecycle import OrderStatus
+from dueflow.domain import lifecycle
+from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.store.schema import order_events, orders
 from dueflow.store.types import UTCDateTime, fit
 
@@ -42,11 +44,22 @@ async def many(conn: AsyncConnection, order_ids: Sequence[int]) -> list[Row[Any]
 # What a move hands back: enough to act on the moved orders, nothing that costs conversions.
 MOVED_COLUMNS = (
     orders.c.id,
+    orders.c.flow,
     orders.c.order_type,
     orders.c.goods_id,
+    orders.c.show_id,
     orders.c.buyer_id,
     orders.c.seller_id,
 )
+
+
+def _target(expected: OrderStatus, event: OrderEvent) -> tuple[Any, list[str]]:
+    """The new status (a value, or a CASE on the flow when flows disagree) and the flows that
+    allow the move."""
+    goes = lifecycle.targets(expected, event)
+    if len(set(goes.values())) == 1:
+        return next(iter(goes.values())).value, list(goes)
+    return case({flow: to.value for flow, to in goes.items()}, value=orders.c.flow), list(goes)
 
 
 async def move(
@@ -54,19 +67,27 @@ async def move(
     order_ids: Sequence[int],
     *,
     expected: OrderStatus,
-    to: OrderStatus,
+    event: OrderEvent,
     now: datetime,
     values: Values | None = None,
     due: Column[Any] | None = None,
 ) -> list[Row[Any]]:
-    """Move the orders that are still ``expected`` (and, with ``due``, whose deadline has come).
+    """Move the orders that are still ``expected`` (and, with ``due``, whose deadline has come)
+    by ``event``, each where its flow sends it; orders of flows that refuse the event stay.
 
-    Returns the moved orders (id, order_type, goods_id, buyer_id, seller_id). Orders in any
-    other status are left alone: the caller learns who won from what is returned.
+    Returns the moved orders (id, flow, order_type, goods_id, show_id, buyer_id, seller_id).
+    Orders in any other status are left alone: the caller learns who won from what is returned.
     """
     if not order_ids:
         return []
-    guard = [orders.c.id.in_(order_ids), orders.c.status == expected.value]
+    to, flows = _target(expected, event)
+    if not flows:
+        return []
+    guard = [
+        orders.c.id.in_(order_ids),
+        orders.c.status == expected.value,
+        orders.c.flow.in_(flows),
+    ]
     if due is not None:
         guard.append(due <= now)
     if not callable(values) and conn.dialect.update_returning:
@@ -74,7 +95,7 @@ async def move(
         result = await conn.execute(
             update(orders)
             .where(*guard)
-            .values(status=to.value, updated_at=now, **(values or {}))
+            .values(status=to, updated_at=now, **(values or {}))
             .returning(*MOVED_COLUMNS)
         )
         moved: list[Any] = list(result.all())
@@ -90,11 +111,21 @@ async def move(
         result = await conn.execute(
             update(orders)
             .where(orders.c.id.in_(ids), orders.c.status == expected.value)
-            .values(status=to.value, updated_at=now, **extra)
+            .values(status=to, updated_at=now, **extra)
         )
         if result.rowcount != len(ids):  # impossible while the rows are locked
             raise RuntimeError(f"orders {ids} changed under a lock")
     return rows
+
+
+def moved_to(
+    rows: Sequence[Row[Any]], expected: OrderStatus, event: OrderEvent
+) -> dict[OrderStatus, list[Row[Any]]]:
+    """Moved rows grouped by the status each one's flow moved it to."""
+    groups: dict[OrderStatus, list[Row[Any]]] = defaultdict(list)
+    for row in rows:
+        groups[lifecycle.lifecycle(row.flow).next_status(expected, event)].append(row)
+    return groups
 
 
 async def record_events(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     ForeignKey,
     Index,
@@ -67,11 +68,15 @@ orders = Table(
     "orders",
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
-    Column("profile", String(32), nullable=False),
+    # The order's life (domain.lifecycle.LIFECYCLES), chosen by what it holds.
+    Column("flow", String(32), nullable=False),
     Column("order_type", String(32), nullable=False),
     Column("buyer_id", Id, ForeignKey("users.id"), nullable=False, index=True),
+    # The goods' seller, the show's organizer.
     Column("seller_id", Id, ForeignKey("users.id"), nullable=False, index=True),
-    Column("goods_id", Id, ForeignKey("goods.id"), nullable=False, index=True),
+    # What the order holds is in order_lines; these say which goods or show, for lookups.
+    Column("goods_id", Id, ForeignKey("goods.id"), nullable=True, index=True),
+    Column("show_id", Id, ForeignKey("shows.id"), nullable=True, index=True),
     Column("amount", Money, nullable=False),
     Column("status", String(32), nullable=False, index=True),
     Column("created_at", UTCDateTime, nullable=False),
@@ -95,6 +100,94 @@ orders = Table(
     Index("ix_orders_buyer_id_status_id", "buyer_id", "status", "id"),
     Index("ix_orders_seller_id_id", "seller_id", "id"),
     Index("ix_orders_seller_id_status_id", "seller_id", "status", "id"),
+)
+
+#: What each order holds, one row per thing held, kept for good (what was bought): goods, seats
+#: (the shop adds SKU units and coupons). The live holds themselves are where each kind keeps
+#: them (goods.reserved_order_id, seat_holds).
+order_lines = Table(
+    "order_lines",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),  # goods | seat
+    Column("item_id", Id, nullable=False),  # the goods or seat id
+    Column("label", String(200), nullable=False),  # what the buyer saw: a title, a seat label
+    Column("quantity", Integer, nullable=False),
+    Column("price", Money, nullable=False),  # each
+)
+
+shows = Table(
+    "shows",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("organizer_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("venue", String(200), nullable=False),
+    Column("starts_at", UTCDateTime, nullable=False),
+    Column("sales_close_at", UTCDateTime, nullable=False),
+    Column("seat_limit", Integer, nullable=False),  # seats one buyer may hold or buy
+    Column("status", String(16), nullable=False),  # on_sale | cancelled
+    Column("cancelled_at", UTCDateTime),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_shows_organizer_id_id", "organizer_id", "id"),
+)
+
+seats = Table(
+    "seats",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("show_id", Id, ForeignKey("shows.id"), nullable=False),
+    Column("label", String(16), nullable=False),  # A-12
+    Column("section", String(8), nullable=False),
+    Column("row", String(8)),
+    Column("number", Integer, nullable=False),
+    Column("tier", String(16), nullable=False),  # the price tier (the section by default)
+    Column("price", Money, nullable=False),
+    UniqueConstraint("show_id", "label"),
+)
+
+#: Live seat holds and sales: a row per seat held by a live unpaid order or sold to a paid one,
+#: deleted when the order lets the seat go. The unique key is the promise that no seat is held
+#: or sold twice, whatever any cache says.
+seat_holds = Table(
+    "seat_holds",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("show_id", Id, ForeignKey("shows.id"), nullable=False),
+    Column("seat_id", Id, ForeignKey("seats.id"), nullable=False),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
+    Column("buyer_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("state", String(8), nullable=False),  # held | sold
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("show_id", "seat_id"),
+)
+
+#: Seats each buyer holds or bought for a show: the per-buyer limit is one guarded update of
+#: this row inside the placing transaction, so two parallel orders cannot both pass it.
+show_buyers = Table(
+    "show_buyers",
+    metadata,
+    Column("show_id", Id, ForeignKey("shows.id"), primary_key=True, autoincrement=False),
+    Column("buyer_id", Id, ForeignKey("users.id"), primary_key=True, autoincrement=False),
+    Column("seats", Integer, nullable=False),
+    CheckConstraint("seats >= 0", name="seats_not_negative"),
+)
+
+#: One ticket per seat of a paid order, its code unguessable; void once the show is cancelled.
+tickets = Table(
+    "tickets",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("code", String(32), nullable=False, unique=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
+    Column("show_id", Id, ForeignKey("shows.id"), nullable=False),
+    Column("seat_id", Id, ForeignKey("seats.id"), nullable=False),
+    Column("state", String(8), nullable=False),  # valid | void
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("voided_at", UTCDateTime),
 )
 
 timers = Table(

@@ -14,7 +14,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from dueflow.api import errors, events, lists, refunds, routes
+from dueflow.api import errors, events, lists, refunds, routes, shows
 from dueflow.payments.base import (
     Attempt,
     CloseOutcome,
@@ -73,6 +73,31 @@ class Api:
     async def goods(self, price: str = "12.50") -> int:
         answer = await self.call(
             "POST", "/api/goods", "seller", json={"title": "tent", "price": price}
+        )
+        assert answer.status_code == 201, answer.text
+        return int(answer.json()["id"])
+
+    async def show(self, seats: str = "A-1 A-2 A-3 B-1 B-2", limit: int = 4) -> int:
+        """A show by the seller, on sale for 29 days; A seats at 380, B seats at 180."""
+        now = self.deps.clock.now()
+        body = {
+            "title": "Winter concert",
+            "venue": "Hall 1",
+            "starts_at": (now + timedelta(days=30)).isoformat(),
+            "sales_close_at": (now + timedelta(days=29)).isoformat(),
+            "seat_limit": limit,
+            "seats": [
+                {"label": label, "price": "380.00" if label.startswith("A") else "180.00"}
+                for label in seats.split()
+            ],
+        }
+        answer = await self.call("POST", "/api/shows", "seller", json=body)
+        assert answer.status_code == 201, answer.text
+        return int(answer.json()["id"])
+
+    async def ticket_order(self, show_id: int, seats: list[str], who: str = "buyer") -> int:
+        answer = await self.call(
+            "POST", "/api/orders", who, json={"show_id": show_id, "seats": seats}
         )
         assert answer.status_code == 201, answer.text
         return int(answer.json()["id"])
@@ -144,6 +169,7 @@ def build_app(deps: Deps) -> FastAPI:
     app.include_router(lists.router(deps))
     app.include_router(events.router(deps))
     app.include_router(refunds.router(deps))
+    app.include_router(shows.router(deps))
     return app
 
 

@@ -218,7 +218,7 @@ BAD_INPUT = [
     ("GET", "/api/admin/refunds?state=weird", {}, 422),
     ("GET", "/api/goods?limit=101", {}, 422),
     ("GET", "/api/goods?after=bogus", {}, 422),
-    ("GET", "/api/orders?flow=tickets", {}, 422),
+    ("GET", "/api/orders?flow=lottery", {}, 422),
     ("GET", "/api/orders?status=lost", {}, 422),
 ]
 

@@ -94,6 +94,7 @@ ID_OF = {
     "order_id": schema.orders,
     "timer_id": schema.timers,
     "refund_id": schema.refunds,
+    "show_id": schema.shows,
 }
 
 
@@ -109,6 +110,8 @@ async def seeded(world) -> AsyncIterator[Seeded]:
         await api.paid_order()
         await api.shipped()
         await api.received()
+        show_id = await api.show()
+        await api.ticket_order(show_id, ["A-1", "B-1"])
         async with api.deps.db.read() as conn:
             ids = {
                 name: list((await conn.execute(select(table.c.id))).scalars())
@@ -357,6 +360,14 @@ async def test_every_answer_of_a_whole_life_matches_the_schema(api, world):
     await call("GET", "/api/orders?role=seller", "seller")
     await call("GET", "/api/orders?flow=tickets", "buyer")
     await call("GET", "/api/me", "buyer")
+    # the shows: a show, its seats, an order for two of them, the organizer's cancel
+    world.clock.advance(timedelta(days=-40))
+    show_id = await api.show()
+    await call("GET", f"/api/shows/{show_id}", "buyer")
+    await api.ticket_order(show_id, ["A-1", "B-2"])
+    await call("GET", f"/api/shows/{show_id}/seats", "buyer")
+    await call("POST", "/api/orders", "buyer", json={"show_id": show_id, "seats": ["A-1"]})
+    await call("POST", f"/api/shows/{show_id}/cancel", "seller")
     # the events feed
     await event_service.sequence(api.deps)
     page = (await call("GET", "/api/events?limit=2", "buyer")).json()

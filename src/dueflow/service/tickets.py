@@ -1,0 +1,293 @@
+"""Tickets: shows and their seats, orders that hold seats, and the organizer's cancel.
+
+A tickets order holds 1..limit seats of one show, all or none, in one transaction; the unique
+key on live seat holds is the last word on every sale (the seat cache only pre-checks). The
+organizer's cancel marks the show cancelled and schedules a ``show_cancel`` timer for each of
+its live orders in the same transaction: the worker cancels them (refunds the paid ones), and a
+process that dies halfway leaves timers that the next one takes up.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.domain import seating
+from dueflow.domain.lifecycle import OrderStatus
+from dueflow.domain.timers import TimerKind
+from dueflow.exceptions import (
+    InvalidInput,
+    InvalidTransition,
+    NotAllowed,
+    NotFound,
+    SalesClosed,
+    SeatUnavailable,
+)
+from dueflow.service import orders as order_service
+from dueflow.service.deps import Deps
+from dueflow.store import holds, orders, shows, timers, users
+from dueflow.store.schema import orders as t_orders
+
+log = logging.getLogger(__name__)
+S = OrderStatus
+TICKET_ORDER_TYPE = "ticket"
+#: Statuses of a tickets order that still hold seats.
+LIVE = (S.PENDING_PAYMENT.value, S.PAID.value)
+
+
+async def create_show(
+    deps: Deps,
+    *,
+    organizer_id: int,
+    title: str,
+    venue: str,
+    starts_at: datetime,
+    sales_close_at: datetime,
+    seat_limit: int,
+    seats: Sequence[seating.SeatSpec],
+) -> int:
+    """Put a show on sale with its seats; returns its id.
+
+    Raises:
+        InvalidInput: a bad title, venue, time or limit, or a bad seat map.
+        NotFound: no such organizer.
+    """
+    title, venue = _text(title, "title"), _text(venue, "venue")
+    if starts_at.tzinfo is None or sales_close_at.tzinfo is None:
+        raise InvalidInput("times carry their offset (2026-12-24T19:30:00+08:00)")
+    if sales_close_at > starts_at:
+        raise InvalidInput("sales close at or before the show starts")
+    now = deps.clock.now()
+    if sales_close_at <= now:
+        raise InvalidInput("sales would close before they open: sales_close_at is in the past")
+    if isinstance(seat_limit, bool) or not 1 <= seat_limit <= seating.MAX_SEAT_LIMIT:
+        raise InvalidInput(f"a seat limit is 1 to {seating.MAX_SEAT_LIMIT} seats a buyer")
+    seating.check_seats(seats)
+    async with deps.db.write() as conn:
+        if await users.by_id(conn, organizer_id) is None:
+            raise NotFound(f"no user {organizer_id}")
+        show_id = await shows.insert_show(
+            conn,
+            organizer_id=organizer_id,
+            title=title,
+            venue=venue,
+            starts_at=starts_at,
+            sales_close_at=sales_close_at,
+            seat_limit=seat_limit,
+            created_at=now,
+            updated_at=now,
+        )
+        await shows.insert_seats(
+            conn,
+            show_id,
+            [
+                {
+                    "label": s.label,
+                    "section": s.section,
+                    "row": s.row,
+                    "number": s.number,
+                    "tier": s.tier,
+                    "price": s.price,
+                }
+                for s in seats
+            ],
+        )
+    return show_id
+
+
+def _text(value: str, what: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value.strip()) <= 200:
+        raise InvalidInput(f"a show's {what} is 1-200 characters")
+    return value.strip()
+
+
+async def show_view(deps: Deps, show_id: int) -> dict[str, Any]:
+    """The show and how many of its seats are free, held and sold."""
+    async with deps.db.read() as conn:
+        show = await shows.get(conn, show_id)
+        if show is None:
+            raise NotFound(f"no show {show_id}")
+        view = dict(show._mapping)
+        view["seats"] = await shows.counts(conn, show_id)
+    return view
+
+
+async def seat_map(deps: Deps, show_id: int) -> list[dict[str, Any]]:
+    """Every seat of the show with its state (free, held, sold). With a seat cache the states
+    come from it; the database answers when the cache does not have the show."""
+    cached = await deps.seat_cache.states(show_id)
+    async with deps.db.read() as conn:
+        if await shows.get(conn, show_id) is None:
+            raise NotFound(f"no show {show_id}")
+        rows = await shows.seat_map(conn, show_id)
+    return [
+        {
+            "label": r.label,
+            "section": r.section,
+            "row": r.row,
+            "number": r.number,
+            "tier": r.tier,
+            "price": r.price,
+            "state": cached.get(r.label, shows.FREE)
+            if cached is not None
+            else r.state or shows.FREE,
+            # Which order holds the seat is the database's to say (the cache has states only).
+            "order_id": r.order_id,
+        }
+        for r in rows
+    ]
+
+
+async def place_ticket_order(
+    deps: Deps, *, buyer_id: int, show_id: int, labels: Sequence[str], view: bool = True
+) -> dict[str, Any]:
+    """Hold every seat named for a new ``ticket`` order, or none; answers the new order's view
+    (only its id without ``view``).
+
+    Raises:
+        InvalidInput: no seats, a repeat, a label that is not one.
+        InvalidInput: (also) a seat the show does not have.
+        NotFound: no such show or buyer.
+        NotAllowed: the organizer buys at their own show.
+        SalesClosed: sales closed, the show started or was cancelled.
+        SeatUnavailable: a seat is held or sold (named).
+        SeatLimitExceeded: past the show's per-buyer limit (counting what the buyer holds).
+    """
+    if not isinstance(labels, list | tuple) or not all(isinstance(x, str) for x in labels):
+        raise InvalidInput("seats: a list of seat labels")
+    wanted = seating.check_request(labels, seating.MAX_SEAT_LIMIT)
+    deps.policy.durations(TICKET_ORDER_TYPE)
+    taken = await deps.seat_cache.taken(show_id, wanted)
+    if taken:
+        # The cache is sure enough to refuse (a wrong "taken" is repaired by the reconciler
+        # within its interval); it never says yes: the database decides every hold.
+        raise SeatUnavailable(f"seats taken: {', '.join(sorted(taken))}")
+    placed, armed = await _place(deps, buyer_id, show_id, wanted, view=view)
+    await deps.arm(armed)
+    return placed
+
+
+async def _place(
+    deps: Deps, buyer_id: int, show_id: int, wanted: list[str], *, view: bool
+) -> tuple[dict[str, Any], list[timers.Armed]]:
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        # Shared: orders of one show are placed side by side, never beside its cancel.
+        show = await shows.get(conn, show_id, lock="share")
+        if show is None:
+            raise NotFound(f"no show {show_id}")
+        _check_open(show, now)
+        seating.check_request(wanted, show.seat_limit)
+        if show.organizer_id == buyer_id:
+            raise NotAllowed("you cannot buy seats at your own show")
+        if await users.by_id(conn, buyer_id) is None:
+            raise NotFound(f"no user {buyer_id}")
+        found = {s.label: s for s in await shows.seats_by_label(conn, show_id, wanted)}
+        missing = [label for label in wanted if label not in found]
+        if missing:
+            raise InvalidInput(f"show {show_id} has no seat {', '.join(missing)}")
+        await shows.count_seats(
+            conn,
+            show_id=show_id,
+            buyer_id=buyer_id,
+            seats_wanted=len(wanted),
+            limit=show.seat_limit,
+        )
+        lines = [
+            holds.Line(kind="seat", item_id=found[label].id, label=label, price=found[label].price)
+            for label in wanted
+        ]
+        amount = sum((line.price for line in lines), start=Decimal(0))
+        pay_deadline = deps.policy.pay_deadline(TICKET_ORDER_TYPE, now)
+        order_id = await orders.insert_order(
+            conn,
+            flow="tickets",
+            order_type=TICKET_ORDER_TYPE,
+            buyer_id=buyer_id,
+            seller_id=show.organizer_id,
+            show_id=show_id,
+            amount=amount,
+            status=S.PENDING_PAYMENT.value,
+            created_at=now,
+            updated_at=now,
+            pay_deadline=pay_deadline,
+        )
+        await holds.insert_lines(conn, order_id, lines)
+        holder = holds.Holder(order_id, buyer_id, show_id)
+        await deps.holds.of("seat").hold(conn, holder, lines, now)
+        new = [timers.NewTimer(order_id, TimerKind.CANCEL_UNPAID, pay_deadline)]
+        remind_at = deps.policy.reminder_at(TICKET_ORDER_TYPE, now)
+        if remind_at is not None:
+            new.append(timers.NewTimer(order_id, TimerKind.PAY_REMINDER, remind_at))
+        armed = await timers.schedule(conn, new, now)
+        await orders.record_events(
+            conn,
+            [order_id],
+            event="place",
+            actor=f"user:{buyer_id}",
+            now=now,
+            to_status=S.PENDING_PAYMENT,
+            detail=f"show {show_id} seats {', '.join(wanted)} for {amount}",
+        )
+        if not view:
+            return {"id": order_id}, armed
+        return await order_service.view_in(conn, order_id, new=True), armed
+
+
+def _check_open(show: Any, now: datetime) -> None:
+    if show.status != shows.ON_SALE:
+        raise SalesClosed(f"show {show.id} was cancelled")
+    if now >= show.starts_at:
+        raise SalesClosed(f"show {show.id} has started")
+    if now >= show.sales_close_at:
+        raise SalesClosed(f"sales for show {show.id} closed at {show.sales_close_at.isoformat()}")
+
+
+async def cancel_show(deps: Deps, *, show_id: int, user_id: int) -> int:
+    """The organizer cancels the show: no order is taken from now on, and each live order gets
+    a ``show_cancel`` timer, in this one transaction; the worker cancels the orders (closing
+    open trades first, refunding paid ones). Returns how many orders will be cancelled.
+
+    Raises:
+        NotFound: no such show.
+        NotAllowed: the caller is not its organizer.
+        InvalidTransition: (a 409) the show is already cancelled.
+    """
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        show = await shows.get(conn, show_id, lock="update")
+        if show is None:
+            raise NotFound(f"no show {show_id}")
+        if show.organizer_id != user_id:
+            raise NotAllowed(f"only the organizer of show {show_id} may cancel it")
+        if not await shows.mark_cancelled(conn, show_id, now):
+            raise InvalidTransition(f"show {show_id} is already cancelled", status=show.status)
+        live = await _live_orders(conn, show_id)
+        armed = await timers.schedule(
+            conn, [timers.NewTimer(oid, TimerKind.SHOW_CANCEL, now) for oid in live], now
+        )
+        await orders.record_events(
+            conn,
+            live,
+            event="show_cancelled",
+            actor=f"user:{user_id}",
+            now=now,
+            detail=f"show {show_id} cancelled by its organizer",
+        )
+    await deps.arm(armed)
+    return len(live)
+
+
+async def _live_orders(conn: AsyncConnection, show_id: int) -> list[int]:
+    query = (
+        select(t_orders.c.id)
+        .where(t_orders.c.show_id == show_id, t_orders.c.status.in_(LIVE))
+        .order_by(t_orders.c.id)
+    )
+    return [int(r[0]) for r in (await conn.execute(query)).all()]
