@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from urllib.parse import parse_qsl, urlencode
 
 import httpx
 
@@ -24,9 +25,12 @@ from dueflow.payments.alipay.provider import AlipayProvider
 from dueflow.payments.base import PaymentProvider, Providers
 from dueflow.payments.manual import ManualProvider
 from dueflow.payments.wechatpay.provider import WechatPayProvider
+from dueflow.seatcache import NoSeatCache, SeatCache
+from dueflow.seatcache_redis import RedisSeatCache
 from dueflow.service.deps import Deps
 from dueflow.store import migrate, servertime
 from dueflow.store.db import Database
+from dueflow.store.holds import Holds
 from dueflow.timers import registry
 
 log = logging.getLogger(__name__)
@@ -140,6 +144,21 @@ def build_locks(settings: Settings, *, metrics: Metrics | None = None) -> Locks:
     )
 
 
+def build_seat_cache(settings: Settings, *, metrics: Metrics | None = None) -> SeatCache:
+    """The Redis seat cache at ``DUEFLOW_SEAT_CACHE_URL``, else on the Redis of the locks or of
+    a ``redis://`` trigger (with the trigger's key prefix, so two deployments sharing a Redis
+    keep their shows apart); without Redis, none (the database answers every seat map)."""
+    url = settings.seat_cache_url or settings.locks_url
+    if url is None and settings.trigger_url.startswith(("redis://", "rediss://")):
+        base, _, query = settings.trigger_url.partition("?")
+        prefix = dict(parse_qsl(query)).get("prefix")
+        url = f"{base}?{urlencode({'prefix': prefix})}" if prefix else base
+    if url is None:
+        return NoSeatCache()
+    errors = metrics.seat_cache_errors if metrics is not None else None
+    return RedisSeatCache.from_url(url, errors=errors)
+
+
 def build(
     settings: Settings,
     *,
@@ -157,6 +176,7 @@ def build(
             else SystemClock()
         )
     metrics = Metrics()
+    seat_cache = build_seat_cache(settings, metrics=metrics)
     return Deps(
         db=db,
         clock=clock,
@@ -165,6 +185,8 @@ def build(
         notifier=notifier or build_notifier(settings),
         trigger=registry.from_url(settings.trigger_url, clock=clock),
         locks=build_locks(settings, metrics=metrics),
+        seat_cache=seat_cache,
+        holds=Holds.build(seat_cache=seat_cache),
         metrics=metrics,
         lock_ttl=settings.lock_ttl,
         batch_size=settings.batch_size,
@@ -173,6 +195,7 @@ def build(
         max_idle=settings.max_idle,
         scan_interval=settings.scan_interval,
         scan_grace=settings.scan_grace,
+        seat_reconcile_interval=settings.seat_reconcile_interval,
         provider_concurrency=settings.provider_concurrency,
         worker_batches=settings.worker_batches,
     )
@@ -206,6 +229,7 @@ async def running(
         await deps.trigger.close()
         await deps.notifier.close()
         await deps.locks.close()
+        await deps.seat_cache.close()
         await deps.providers.aclose()
         await deps.db.dispose()
 

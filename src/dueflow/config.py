@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     locks_url: str | None = None
     lock_ttl: Duration = timedelta(seconds=10)
     lock_wait: Duration = Field(default=timedelta(seconds=2), le=timedelta(seconds=4))
+    #: The Redis of the seat cache (``redis://host:6379/0?prefix=dueflow``); unset: the Redis of
+    #: ``locks_url`` or of a ``redis://`` trigger, and no cache without either.
+    seat_cache_url: str | None = None
+    #: How often the worker compares the seat cache with the database and repairs it.
+    seat_reconcile_interval: Duration = timedelta(seconds=60)
     profile: Literal["dev", "prod"] = "prod"
 
     reminder_after: OptionalDuration = None
@@ -118,7 +123,7 @@ class Settings(BaseSettings):
     events_webhook_url: str | None = None
     events_webhook_secret: str = Field(default="", validate_default=True)
 
-    @field_validator("lease", "max_idle", "scan_interval")
+    @field_validator("lease", "max_idle", "scan_interval", "seat_reconcile_interval")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):

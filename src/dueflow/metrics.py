@@ -22,13 +22,16 @@ LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900)
 HANDLER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 #: What a worker asks of its trigger: arm (publish), wait (claim), ack, feed.
 TRIGGER_OPERATIONS = ("arm", "wait", "ack", "feed")
+#: What the seat cache is asked to do (errors are counted by operation).
+SEAT_CACHE_OPERATIONS = ("moved", "states", "taken", "load")
 #: Timers claimed per batch: one delivered id up to the largest ``max_batch_size``.
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 
 class Metrics:
     """What operators watch: timer lateness, outcomes, handler time and batch sizes, trigger
-    errors, the scanner's finds, notifications, alarms, HTTP latency, locks skipped."""
+    errors, the scanner's finds, notifications, alarms, HTTP latency, locks skipped, seat
+    cache repairs and errors."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -73,6 +76,7 @@ class Metrics:
         self._timer_metrics(r)
         self._scanner_metrics(r)
         self._event_metrics(r)
+        self._seat_cache_metrics(r)
 
     def _timer_metrics(self, r: CollectorRegistry) -> None:
         self.handler_duration = Histogram(
@@ -129,6 +133,22 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+
+    def _seat_cache_metrics(self, r: CollectorRegistry) -> None:
+        self.seat_cache_repairs = Counter(
+            "dueflow_seat_cache_repairs_total",
+            "Seats whose state the reconciler found wrong in the seat cache and set right.",
+            registry=r,
+        )
+        self.seat_cache_errors = Counter(
+            "dueflow_seat_cache_errors_total",
+            "Seat cache operations that failed or were skipped while Redis was unreachable "
+            "(reads went to the database; lost moves are repaired by the reconciler).",
+            ["operation"],
+            registry=r,
+        )
+        for operation in SEAT_CACHE_OPERATIONS:
+            self.seat_cache_errors.labels(operation)
 
     def trigger_failed(self, trigger: str, operation: str) -> None:
         """One ``operation`` of the ``trigger`` (its URL scheme) failed."""

@@ -21,6 +21,7 @@ from dueflow.payments.simulator.app import simulator_of
 from dueflow.service import accounts, events
 from dueflow.service.deps import Deps
 from dueflow.store import migrate
+from dueflow.worker import reconciler
 from dueflow.worker.runner import Worker, run_feeder
 from dueflow.worker.scanner import run_scanner
 
@@ -81,6 +82,7 @@ async def serve(
                     asyncio.create_task(run_scanner(runner, stop)),
                     asyncio.create_task(run_feeder(runner, stop)),
                 ]
+                tasks += reconciler.start(deps, stop)
                 tasks += events.start(deps, bootstrap.build_event_webhook(settings), stop)
             console.print(f"dueflow serving on {base_url} (worker {'on' if worker else 'off'})")
             if simulator is not None:

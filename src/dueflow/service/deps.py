@@ -42,6 +42,7 @@ class Deps:
     max_idle: timedelta = timedelta(seconds=1)
     scan_interval: timedelta = timedelta(seconds=60)
     scan_grace: timedelta = timedelta(seconds=5)
+    seat_reconcile_interval: timedelta = timedelta(seconds=60)
     provider_concurrency: int = 32
     worker_batches: int = 4
     trigger_errors: int = 0

@@ -180,19 +180,27 @@ class Database:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
-        """A write transaction: committed on success, rolled back on any error."""
+        """A write transaction: committed on success, rolled back on any error. What was
+        registered with :func:`after_commit` runs after the commit, outside every lock."""
+        hooks: list[AfterCommit] = []
         if self.dialect != "sqlite":
-            async with self._write() as conn:
+            async with self._write(hooks) as conn:
                 yield conn
-            return
-        if self._write_lock is None:
-            self._write_lock = asyncio.Lock()
-        async with self._write_lock, self._write() as conn:
-            yield conn
+        else:
+            if self._write_lock is None:
+                self._write_lock = asyncio.Lock()
+            async with self._write_lock, self._write(hooks) as conn:
+                yield conn
+        for hook in hooks:
+            try:
+                await hook()
+            except Exception:
+                # What runs after a commit is a copy of the truth (a cache): its trouble is
+                # logged and repaired later, never a failure of what committed.
+                log.exception("an after-commit step failed; the committed change stands")
 
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
-        hooks: list[AfterCommit] = []
+    async def _write(self, hooks: list[AfterCommit]) -> AsyncIterator[AsyncConnection]:
         try:
             async with self.engine.begin() as conn:
                 conn.info[_AFTER_COMMIT] = hooks
@@ -202,13 +210,6 @@ class Database:
                     conn.info.pop(_AFTER_COMMIT, None)
         except (exc.DBAPIError, UnicodeEncodeError) as error:
             raise translate(error) from error
-        for hook in hooks:
-            try:
-                await hook()
-            except Exception:
-                # What runs after a commit is a copy of the truth (a cache): its trouble is
-                # logged and repaired later, never a failure of what committed.
-                log.exception("an after-commit step failed; the committed change stands")
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:

@@ -108,13 +108,19 @@ async def taken_among(conn: AsyncConnection, seat_ids: Sequence[int]) -> list[in
     return [int(r[0]) for r in (await conn.execute(query)).all()]
 
 
-def _insert_ignore(conn: AsyncConnection, table: Any) -> Any:
+def _insert_counter(conn: AsyncConnection, show_id: int, buyer_id: int) -> Any:
+    """Insert the buyer's count row (0 seats) unless it exists. MySQL's INSERT IGNORE would take
+    a shared lock on an existing row, which two parallel orders then both try to upgrade for
+    the guarded update (a deadlock): there a no-op ON DUPLICATE KEY UPDATE locks it exclusively
+    at once. PostgreSQL's ON CONFLICT DO NOTHING takes no lock; the update then queues."""
+    values = {"show_id": show_id, "buyer_id": buyer_id, "seats": 0}
     dialect = conn.dialect.name
     if dialect == "postgresql":
-        return postgresql.insert(table).on_conflict_do_nothing()
+        return postgresql.insert(show_buyers).values(**values).on_conflict_do_nothing()
     if dialect == "sqlite":
-        return sqlite.insert(table).on_conflict_do_nothing()
-    return mysql.insert(table).prefix_with("IGNORE")
+        return sqlite.insert(show_buyers).values(**values).on_conflict_do_nothing()
+    statement = mysql.insert(show_buyers).values(**values)
+    return statement.on_duplicate_key_update(seats=show_buyers.c.seats)
 
 
 async def count_seats(
@@ -127,9 +133,7 @@ async def count_seats(
     Raises:
         SeatLimitExceeded: the buyer would hold or own more than ``limit`` seats of the show.
     """
-    await conn.execute(
-        _insert_ignore(conn, show_buyers).values(show_id=show_id, buyer_id=buyer_id, seats=0)
-    )
+    await conn.execute(_insert_counter(conn, show_id, buyer_id))
     row = show_buyers.c
     result = await conn.execute(
         update(show_buyers)
