@@ -56,6 +56,7 @@ async def seed_unpaid(db: Database, url: str, path: Any, count: int, due: dateti
         (i, i, "cancel_unpaid", due_naive, due_naive, "scheduled", 0, False, now)
         for i in range(1, count + 1)
     ]
+    line_rows = [(i, i, "goods", i, "item", 1, Decimal("12.50")) for i in range(1, count + 1)]
     if db.dialect == "postgresql":
         import asyncpg
 
@@ -98,6 +99,11 @@ async def seed_unpaid(db: Database, url: str, path: Any, count: int, due: dateti
                 ],
             )
             await conn.copy_records_to_table(
+                "order_lines",
+                records=line_rows,
+                columns=["id", "order_id", "kind", "item_id", "label", "quantity", "price"],
+            )
+            await conn.copy_records_to_table(
                 "timers",
                 records=timer_rows,
                 columns=[
@@ -112,7 +118,7 @@ async def seed_unpaid(db: Database, url: str, path: Any, count: int, due: dateti
                     "created_at",
                 ],
             )
-            for table in ("users", "goods", "orders", "timers"):
+            for table in ("users", "goods", "orders", "order_lines", "timers"):
                 await conn.execute(
                     f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))"
                 )
@@ -137,6 +143,11 @@ async def seed_unpaid(db: Database, url: str, path: Any, count: int, due: dateti
                 "INSERT INTO orders (id, flow, order_type, buyer_id, seller_id, goods_id, amount, status,"
                 " created_at, pay_deadline, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                 order_rows[start : start + 20_000],
+            )
+            await cursor.executemany(
+                "INSERT INTO order_lines (id, order_id, kind, item_id, label, quantity, price)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s)",
+                line_rows[start : start + 20_000],
             )
             await cursor.executemany(
                 "INSERT INTO timers (id, order_id, kind, deadline_at, due_at, state, attempts, stuck, created_at)"

@@ -64,6 +64,11 @@ def seed_unpaid(path: Path, count: int, due: datetime, *, chunk: int = 50_000) -
                 ((i, i, now, due_s, now) for i in ids),
             )
             conn.executemany(
+                "INSERT INTO order_lines (order_id, kind, item_id, label, quantity, price) VALUES"
+                " (?, 'goods', ?, 'item', 1, '12.50')",
+                ((i, i) for i in ids),
+            )
+            conn.executemany(
                 "INSERT INTO timers (order_id, kind, deadline_at, due_at, state, attempts, stuck,"
                 " created_at) VALUES (?, 'cancel_unpaid', ?, ?, 'scheduled', 0, 0, ?)",
                 ((i, due_s, due_s, now) for i in ids),

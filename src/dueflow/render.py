@@ -26,11 +26,18 @@ def _when(value: Any) -> str:
 
 def print_order(console: Console, view: dict[str, Any]) -> None:
     """An order, its timers and its timeline."""
+    if view.get("show_id") is not None:
+        seats = ", ".join(line["label"] for line in view.get("lines", []))
+        held = f"show {view['show_id']} seats {seats}"
+    else:
+        held = f"goods {view['goods_id']}"
     console.print(
         f"order {view['id']} ({view['order_type']}) [bold]{view['status']}[/bold] "
         f"amount {view['amount']}  buyer {view['buyer_id']}  seller {view['seller_id']}  "
-        f"goods {view['goods_id']}"
+        f"{held}"
     )
+    for ticket in view.get("tickets", []):
+        console.print(f"  ticket {ticket['seat']}: {ticket['code']} ({ticket['state']})")
     for name in ("pay_deadline", "ship_deadline", "receive_deadline", "review_deadline"):
         if view.get(name) is not None:
             console.print(f"  {name.replace('_', ' ')}: {_when(view[name])} UTC")
@@ -93,6 +100,9 @@ def invariants_table(inv: Invariants) -> Table:
         ("no reminder sent twice", inv.reminders_twice),
         ("no review written twice", inv.reviews_twice),
         ("no goods held by two live orders", inv.goods_held_twice),
+        ("no seat held by a cancelled order", inv.seats_held_by_dead_order),
+        ("no seat held or sold twice", inv.seats_held_twice),
+        ("every buyer within the show's seat limit", inv.seat_limits_broken),
     )
     for name, offenders in checks:
         verdict = "[green]PASS[/green]" if not offenders else f"[red]FAIL[/red] {offenders[:10]}"

@@ -2,7 +2,7 @@
 (/usr/bin/chromium, installed by .ci/run; never a downloaded browser) against `dueflow serve`.
 
 An operator logs in, watches an overdue order become cancelled without reloading, and approves
-a refund. Screenshots go to $DUEFLOW_SCREENSHOTS (docs/ holds the committed ones) or tmp_path.
+a refund; on a show's page the seat grid is drawn and a taken seat opens its order. Screenshots go to $DUEFLOW_SCREENSHOTS (docs/ holds the committed ones) or tmp_path.
 """
 
 from __future__ import annotations
@@ -69,21 +69,24 @@ def api(served: Served, name: str) -> httpx.Client:
     )
 
 
-def paid_then_cancelled_by_seller(served: Served, alice: httpx.Client, bob: httpx.Client) -> int:
-    """An order paid through the simulated Alipay, then cancelled by its seller: a refund
-    waits for review. Returns the order id."""
-    goods = alice.post("/api/goods", json={"title": "vase", "price": "88.00"}).json()
-    order = bob.post("/api/orders", json={"goods_id": goods["id"]}).json()
-    pay_no = bob.post(f"/api/orders/{order['id']}/payments", json={"provider": "alipay"}).json()
+def pay_through_alipay(served: Served, buyer: httpx.Client, order_id: int, paid: str) -> None:
+    """The buyer pays the order through the simulated Alipay; waits for its status ``paid``."""
+    pay_no = buyer.post(f"/api/orders/{order_id}/payments", json={"provider": "alipay"}).json()
     trade = {"provider": "alipay", "out_trade_no": pay_no["pay_no"]}
     with httpx.Client(base_url=f"{served.base}/sim", timeout=10) as sim:
         assert sim.post("/control/scan", json=trade).status_code == 200
         assert sim.post("/control/pay", json=trade).status_code == 200
     assert eventually_sync(
-        lambda: bob.get(f"/api/orders/{order['id']}").json()["status"] == "pending_shipment",
-        20,
-        0.1,
+        lambda: buyer.get(f"/api/orders/{order_id}").json()["status"] == paid, 20, 0.1
     )
+
+
+def paid_then_cancelled_by_seller(served: Served, alice: httpx.Client, bob: httpx.Client) -> int:
+    """An order paid through the simulated Alipay, then cancelled by its seller: a refund
+    waits for review. Returns the order id."""
+    goods = alice.post("/api/goods", json={"title": "vase", "price": "88.00"}).json()
+    order = bob.post("/api/orders", json={"goods_id": goods["id"]}).json()
+    pay_through_alipay(served, bob, order["id"], "pending_shipment")
     assert alice.post(f"/api/orders/{order['id']}/cancel").status_code == 200
     return int(order["id"])
 
@@ -150,5 +153,99 @@ def test_an_operator_watches_an_order_expire_and_approves_a_refund(
         width = phone.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, f"the phone page scrolls sideways ({width}px)"
         phone.screenshot(path=str(shots / "admin-phone.png"), full_page=True)
+        browser.close()
+        assert served.stop() == 0
+
+
+def log_in(page: playwright_api.Page, served: Served, path: str) -> None:
+    """Open an admin page through the login form with the admin's token."""
+    page.goto(f"{served.base}{path}")
+    page.fill("input[name=token]", served.tokens["admin"])
+    page.click("button[type=submit]")
+
+
+def test_an_operator_reads_a_shows_seat_map_and_opens_a_seats_order(
+    tmp_path: Path, chromium_path: Path, shots: Path
+) -> None:
+    with (
+        serve(tmp_path) as served,
+        api(served, "alice") as alice,
+        api(served, "bob") as bob,
+        playwright_api.sync_playwright() as pw,
+    ):
+        # alice's show of 2 x 8 seats: bob holds A-1 and A-2 (unpaid) and bought B-3.
+        show = alice.post(
+            "/api/shows",
+            json={
+                "title": "Winter <concert>",
+                "venue": "Hall 1",
+                "starts_at": "2099-12-24T19:30:00+08:00",
+                "sales_close_at": "2099-12-24T18:00:00+08:00",
+                "seats": [
+                    {"label": f"{section}-{n}", "price": price}
+                    for section, price in (("A", "380.00"), ("B", "180.00"))
+                    for n in range(1, 9)
+                ],
+            },
+        ).json()
+        held = bob.post("/api/orders", json={"show_id": show["id"], "seats": ["A-1", "A-2"]})
+        assert held.status_code == 201, held.text
+        bought = bob.post("/api/orders", json={"show_id": show["id"], "seats": ["B-3"]}).json()
+        pay_through_alipay(served, bob, bought["id"], "paid")
+        [ticket] = bob.get(f"/api/orders/{bought['id']}").json()["tickets"]
+
+        browser = pw.chromium.launch(executable_path=str(chromium_path), args=FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        expect = playwright_api.expect
+        log_in(page, served, "/admin/shows")
+
+        # The list counts the show's seats; its title (markup and all) opens its page.
+        row = page.locator("#shows tr", has_text="Winter <concert>")
+        expect(row).to_contain_text("13")
+        page.screenshot(path=str(shots / "admin-shows.png"), full_page=True)
+        row.get_by_role("link", name="Winter <concert>").click()
+        expect(page.locator("#show-title")).to_have_text("Winter <concert>")
+        grid = page.locator("#seat-map .seat-row")
+        expect(grid.locator(".seat")).to_have_count(16)
+        expect(grid.locator(".seat.held")).to_have_count(2)
+        expect(grid.locator(".seat.sold")).to_have_count(1)
+        expect(grid.locator(".seat.free")).to_have_count(13)
+        expect(grid.locator("a.seat")).to_have_count(3)  # only taken seats link to an order
+        expect(page.locator("#seat-counts")).to_contain_text("2 held")
+        expect(page.locator("#show-orders")).to_contain_text("A-1, A-2")
+        colours = {
+            state: grid.locator(f".seat.{state}").first.evaluate(
+                "seat => getComputedStyle(seat).backgroundColor"
+            )
+            for state in ("free", "held", "sold")
+        }
+        assert len(set(colours.values())) == 3, colours  # each state its own colour
+        page.screenshot(path=str(shots / "admin-show.png"), full_page=True)
+
+        # A held seat opens the order holding it; a sold one shows the ticket's code.
+        grid.locator("[data-seat='A-2']").click()
+        expect(page.locator("h1")).to_contain_text(f"Order #{held.json()['id']}")
+        expect(page.locator("#order-status")).to_have_text("pending_payment")
+        expect(page.locator("#order-lines")).to_contain_text("A-1")
+        page.go_back()
+        grid.locator("[data-seat='B-3']").click()
+        expect(page.locator("h1")).to_contain_text(f"Order #{bought['id']}")
+        expect(page.locator("#order-tickets")).to_contain_text(ticket["code"])
+        page.screenshot(path=str(shots / "admin-ticket-order.png"), full_page=True)
+
+        # The dashboard counts held and sold seats; its nav leads to the shows.
+        page.click("text=Dashboard")
+        expect(page.locator("#seats-held")).to_contain_text("2")
+        expect(page.locator("#seats-sold")).to_contain_text("1")
+        page.click("header >> text=Shows")
+        expect(page.locator("#shows")).to_contain_text("Winter <concert>")
+
+        # The show's page on a phone: the grid wraps, nothing scrolls sideways.
+        phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+        phone.context.add_cookies(page.context.cookies())
+        phone.goto(f"{served.base}/admin/shows/{show['id']}")
+        expect(phone.locator("#seat-map")).to_be_visible()
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the phone page scrolls sideways ({width}px)"
         browser.close()
         assert served.stop() == 0

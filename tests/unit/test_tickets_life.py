@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, update
 
 from dueflow.exceptions import (
     InvalidInput,
@@ -16,9 +16,10 @@ from dueflow.exceptions import (
     SeatLimitExceeded,
     SeatUnavailable,
 )
-from dueflow.service import orders, payments, tickets
-from dueflow.store.schema import seat_holds, show_buyers
+from dueflow.service import orders, payments, report, tickets
+from dueflow.store.schema import seat_holds, seats, show_buyers
 from tests.conftest import table_snapshot
+from tests.unit.api import running_api
 
 
 async def _states(world, show_id):
@@ -128,3 +129,51 @@ async def test_organizer_cancels_the_show(world):
     assert [r["state"] for r in second["refunds"]] == ["pending_review"]
     assert {t["state"] for t in second["tickets"]} == {"void"}
     assert set((await _states(world, show_id)).values()) == {"free"}
+
+
+async def test_invariants_see_the_seat_promises(world):
+    show_id = await world.show()
+    kept = await world.seats(show_id, ["A-1", "A-2"])
+    gone = await world.seats(show_id, ["B-1"], buyer=world.other)
+    await orders.cancel_by_buyer(world.deps, order_id=gone["id"], user_id=world.other)
+    assert (await report.check_invariants(world.deps)).ok
+    # Break them behind the engine's back: a seat held by the cancelled order, a count off.
+    async with world.deps.db.write() as conn:
+        seat_id = (
+            await conn.execute(select(seats.c.id).where(seats.c.label == "B-1"))
+        ).scalar_one()
+        await conn.execute(
+            insert(seat_holds).values(
+                show_id=show_id,
+                seat_id=seat_id,
+                order_id=gone["id"],
+                buyer_id=world.other,
+                state="held",
+                created_at=world.clock.now(),
+                updated_at=world.clock.now(),
+            )
+        )
+        await conn.execute(
+            update(show_buyers).where(show_buyers.c.buyer_id == world.buyer).values(seats=5)
+        )
+    found = await report.check_invariants(world.deps)
+    assert found.seats_held_by_dead_order == [gone["id"]]
+    assert found.seat_limits_broken == [show_id]
+    assert found.goods_held_twice == [] and not found.ok
+    assert kept["id"] not in found.seats_held_by_dead_order
+
+
+async def test_no_payment_starts_for_a_cancelled_show(world):
+    async with running_api(world.deps) as api:  # its fake provider starts payments
+        show_id = await api.show()
+        order_id = await api.ticket_order(show_id, ["A-1"])
+        answer = await api.call(
+            "POST", f"/api/orders/{order_id}/payments", "buyer", json={"provider": "fakepay"}
+        )
+        assert answer.status_code == 201, answer.text
+        assert (await api.call("POST", f"/api/shows/{show_id}/cancel", "seller")).status_code == 200
+        answer = await api.call(
+            "POST", f"/api/orders/{order_id}/payments", "buyer", json={"provider": "fakepay"}
+        )
+        assert answer.status_code == 409
+        assert answer.json()["error"]["code"] == "sales_closed"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -156,9 +156,15 @@ def _refused_field(form: dict[str, str]) -> str | None:
 
 
 def router(
-    deps: Deps, *, secret: bytes | None = None, ttl: timedelta | None = None, secure: bool = False
+    deps: Deps,
+    *,
+    secret: bytes | None = None,
+    ttl: timedelta | None = None,
+    secure: bool = False,
+    sections: Sequence[Callable[[APIRouter, Pages], None]] = (),
 ) -> APIRouter:
-    """The ``/admin`` pages and their static files."""
+    """The ``/admin`` pages and their static files; each of ``sections`` adds its pages (the
+    shows pages: ``admin_shows.add_routes``) on the same session."""
     pages = Pages(
         deps,
         secret=secret or secrets.token_bytes(32),
@@ -170,6 +176,8 @@ def router(
     _session_routes(routes, pages)
     _view_routes(routes, pages)
     _action_routes(routes, pages)
+    for add_routes in sections:
+        add_routes(routes, pages)
     return routes
 
 
@@ -280,6 +288,7 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
             discrepancies=await operations.discrepancies(deps, 10),
             invariants=await report.check_invariants(deps),
             events=await events.delivery_status(deps),
+            seats=await report.seats_taken(deps),
             refresh=5,
         )
 

@@ -10,7 +10,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from dueflow.api import admin_pages, errors, events, lists, notify, refunds, routes, shows
+from dueflow.api import (
+    admin_pages,
+    admin_shows,
+    errors,
+    events,
+    lists,
+    notify,
+    refunds,
+    routes,
+    shows,
+)
 from dueflow.service import readiness, report
 from dueflow.service.deps import Deps
 
@@ -39,6 +49,7 @@ def create_app(
             secret=session_secret.encode() if session_secret else None,
             ttl=session_ttl,
             secure=secure_cookies,
+            sections=[admin_shows.add_routes],
         )
     )
 

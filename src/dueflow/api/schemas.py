@@ -344,6 +344,9 @@ class InvariantsView(View):
     reminders_twice: list[int]
     reviews_twice: list[int]
     goods_held_twice: list[int]
+    seats_held_by_dead_order: list[int] = Field(description="orders")
+    seats_held_twice: list[int] = Field(description="seat ids")
+    seat_limits_broken: list[int] = Field(description="shows")
 
 
 class Summary(View):

@@ -29,6 +29,7 @@ from dueflow.exceptions import (
     NotYourRole,
     PaymentMismatch,
     ProviderUnavailable,
+    SalesClosed,
 )
 from dueflow.payments.base import (
     Attempt,
@@ -469,6 +470,11 @@ async def _new_attempt(
                 f"{MIN_PAY_WINDOW.total_seconds():g} s away",
                 status=order.status,
             )
+        if order.show_id is not None:
+            show = await shows.get(conn, order.show_id)
+            if show is not None and show.status == shows.CANCELLED:
+                # Its order is being cancelled by the worker: a trade now would only be closed.
+                raise SalesClosed(f"cannot pay: show {order.show_id} was cancelled")
         deps.providers.get(provider).check_amount(order.amount)  # before anything is stored
         pay_no = new_pay_no(now)
         await payments.insert_attempt(

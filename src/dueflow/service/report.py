@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.domain.timers import TimerState
 from dueflow.service.deps import Deps
 from dueflow.store import aftersale, events, orders, payments, timers
-from dueflow.store.schema import goods, reviews
+from dueflow.store import shows as show_store
+from dueflow.store.schema import goods, reviews, seat_holds, seats, show_buyers, shows
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import timers as t_timers
 
@@ -40,6 +43,13 @@ class Invariants:
     reminders_twice: list[int] = field(default_factory=list)
     reviews_twice: list[int] = field(default_factory=list)
     goods_held_twice: list[int] = field(default_factory=list)
+    #: Orders of a dead (cancelled) status still holding a seat.
+    seats_held_by_dead_order: list[int] = field(default_factory=list)
+    #: Seats (ids) held or sold twice (the unique key forbids it: this checks the key is there).
+    seats_held_twice: list[int] = field(default_factory=list)
+    #: Shows (ids) where a buyer's counted seats differ from the seats they hold, or pass the
+    #: show's limit.
+    seat_limits_broken: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -104,12 +114,46 @@ async def check_invariants(deps: Deps, *, tolerance_seconds: float = 5.0) -> Inv
         live = [s.value for s in OrderStatus if not s.is_cancelled]
         double = (
             select(t_orders.c.goods_id)
-            .where(t_orders.c.status.in_(live))
+            .where(t_orders.c.status.in_(live), t_orders.c.goods_id.is_not(None))
             .group_by(t_orders.c.goods_id)
             .having(func.count() > 1)
         )
         result.goods_held_twice = list((await conn.execute(double)).scalars())
+        await _check_seats(conn, result, dead)
     return result
+
+
+async def _check_seats(conn: AsyncConnection, result: Invariants, dead: list[str]) -> None:
+    """The seat promises: no seat held by a dead order or twice, every buyer's count equal to
+    the seats they hold and within the show's limit."""
+    by_dead = (
+        select(seat_holds.c.order_id)
+        .join(t_orders, t_orders.c.id == seat_holds.c.order_id)
+        .where(t_orders.c.status.in_(dead))
+        .distinct()
+    )
+    result.seats_held_by_dead_order = list((await conn.execute(by_dead)).scalars())
+    twice = select(seat_holds.c.seat_id).group_by(seat_holds.c.seat_id).having(func.count() > 1)
+    result.seats_held_twice = list((await conn.execute(twice)).scalars())
+    held = (
+        select(seat_holds.c.show_id, seat_holds.c.buyer_id, func.count().label("n"))
+        .group_by(seat_holds.c.show_id, seat_holds.c.buyer_id)
+        .subquery()
+    )
+    counted = (
+        select(show_buyers.c.show_id)
+        .join(shows, shows.c.id == show_buyers.c.show_id)
+        .outerjoin(
+            held,
+            (held.c.show_id == show_buyers.c.show_id) & (held.c.buyer_id == show_buyers.c.buyer_id),
+        )
+        .where(
+            (func.coalesce(held.c.n, 0) != show_buyers.c.seats)
+            | (show_buyers.c.seats > shows.c.seat_limit)
+        )
+        .distinct()
+    )
+    result.seat_limits_broken = list((await conn.execute(counted)).scalars())
 
 
 async def lateness_seconds(deps: Deps) -> list[float]:
@@ -120,3 +164,40 @@ async def lateness_seconds(deps: Deps) -> list[float]:
         )
         rows = (await conn.execute(query)).all()
     return sorted((done - deadline).total_seconds() for deadline, done in rows)
+
+
+async def seats_taken(deps: Deps) -> dict[str, int]:
+    """How many seats of all shows are held by unpaid orders and sold: one grouped count of the
+    live seat holds."""
+    query = select(seat_holds.c.state, func.count()).group_by(seat_holds.c.state)
+    async with deps.db.report() as conn:
+        found = {str(state): int(n) for state, n in (await conn.execute(query)).all()}
+    return {state: found.get(state, 0) for state in (show_store.HELD, show_store.SOLD)}
+
+
+async def shows_overview(deps: Deps, limit: int = 200) -> list[dict[str, Any]]:
+    """The newest ``limit`` shows, newest first, each with how many of its seats are free, held
+    and sold (``seats``): three statements however many shows."""
+    newest = select(shows).order_by(shows.c.id.desc()).limit(limit)
+    async with deps.db.report() as conn:
+        found = [dict(r._mapping) for r in await conn.execute(newest)]
+        ids = [show["id"] for show in found]
+        per_show = select(seats.c.show_id, func.count()).where(seats.c.show_id.in_(ids))
+        totals: dict[int, int] = {
+            show_id: int(n) for show_id, n in await conn.execute(per_show.group_by(seats.c.show_id))
+        }
+        per_state = select(seat_holds.c.show_id, seat_holds.c.state, func.count()).where(
+            seat_holds.c.show_id.in_(ids)
+        )
+        taken = {
+            (show_id, state): int(n)
+            for show_id, state, n in await conn.execute(
+                per_state.group_by(seat_holds.c.show_id, seat_holds.c.state)
+            )
+        }
+    for show in found:
+        held = taken.get((show["id"], show_store.HELD), 0)
+        sold = taken.get((show["id"], show_store.SOLD), 0)
+        free = totals.get(show["id"], 0) - held - sold
+        show["seats"] = {show_store.FREE: free, show_store.HELD: held, show_store.SOLD: sold}
+    return found

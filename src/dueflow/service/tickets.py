@@ -33,6 +33,7 @@ from dueflow.service import orders as order_service
 from dueflow.service.deps import Deps
 from dueflow.store import holds, orders, shows, timers, users
 from dueflow.store.schema import orders as t_orders
+from dueflow.store.schema import users as t_users
 
 log = logging.getLogger(__name__)
 S = OrderStatus
@@ -120,12 +121,19 @@ async def show_view(deps: Deps, show_id: int) -> dict[str, Any]:
 
 async def seat_map(deps: Deps, show_id: int) -> list[dict[str, Any]]:
     """Every seat of the show with its state (free, held, sold). With a seat cache the states
-    come from it; the database answers when the cache does not have the show."""
+    come from it; the database answers when the cache does not have the show, and the cache
+    is loaded from that answer."""
     cached = await deps.seat_cache.states(show_id)
     async with deps.db.read() as conn:
         if await shows.get(conn, show_id) is None:
             raise NotFound(f"no show {show_id}")
         rows = await shows.seat_map(conn, show_id)
+    if cached is None:
+        # The rows are read anyway: loading them costs one script and warms the cache at once
+        # after a restart or FLUSHALL (the pre-check and the next seat maps use it) instead of
+        # at the reconciler's next pass. A move committed meanwhile may be overwritten; that
+        # pass sets it right. Without a cache, or with Redis away, this does nothing.
+        await deps.seat_cache.load(show_id, {r.label: r.state for r in rows if r.state})
     return [
         {
             "label": r.label,
@@ -142,6 +150,31 @@ async def seat_map(deps: Deps, show_id: int) -> list[dict[str, Any]]:
         }
         for r in rows
     ]
+
+
+async def show_orders(deps: Deps, show_id: int, limit: int = 500) -> list[dict[str, Any]]:
+    """The show's newest ``limit`` orders, newest first: id, buyer (id and name), status,
+    amount, created_at and the labels of the seats each holds or held (two statements)."""
+    query = (
+        select(
+            t_orders.c.id,
+            t_orders.c.buyer_id,
+            t_users.c.name.label("buyer"),
+            t_orders.c.status,
+            t_orders.c.amount,
+            t_orders.c.created_at,
+        )
+        .join(t_users, t_users.c.id == t_orders.c.buyer_id)
+        .where(t_orders.c.show_id == show_id)
+        .order_by(t_orders.c.id.desc())
+        .limit(limit)
+    )
+    async with deps.db.read() as conn:
+        found = [dict(r._mapping) for r in await conn.execute(query)]
+        lines = await holds.lines_of(conn, [order["id"] for order in found])
+    for order in found:
+        order["seats"] = [line.label for line in lines[order["id"]] if line.kind == "seat"]
+    return found
 
 
 async def place_ticket_order(
