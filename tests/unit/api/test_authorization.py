@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -20,6 +21,22 @@ async def api(world) -> AsyncIterator[Api]:
 
 async def goods_body(api: Api, _: int) -> dict[str, Any]:
     return {"goods_id": await api.goods()}
+
+
+async def show_body(api: Api, _: int) -> dict[str, Any]:
+    now = api.deps.clock.now()
+    return {
+        "title": "Gala",
+        "venue": "Hall 2",
+        "starts_at": (now + timedelta(days=3)).isoformat(),
+        "sales_close_at": (now + timedelta(days=2)).isoformat(),
+        "seats": [{"label": "A-1", "price": "80.00"}],
+    }
+
+
+async def seats_body(api: Api, _: int) -> dict[str, Any]:
+    # A show of its own per caller: each allowed caller takes two seats of a fresh show.
+    return {"show_id": await api.show(), "seats": ["A-1", "B-1"]}
 
 
 @dataclass
@@ -56,6 +73,26 @@ ROUTES = {
         "/api/orders",
         {None: 401, "seller": 403, "stranger": 201, "buyer": 201, "admin": 201},
         body=goods_body,
+    ),
+    "add show": Route(
+        "POST",
+        "/api/shows",
+        {None: 401, "stranger": 201, "buyer": 201, "seller": 201, "admin": 201},
+        body=show_body,
+    ),
+    "get show": Route("GET", "/api/shows/{id}", ANY_USER_GET, setup=Api.show),
+    "seat map": Route("GET", "/api/shows/{id}/seats", ANY_USER_GET, setup=Api.show),
+    "cancel show": Route(
+        "POST",
+        "/api/shows/{id}/cancel",
+        {None: 401, "stranger": 403, "buyer": 403, "admin": 403, "seller": 200},
+        setup=Api.show,
+    ),
+    "hold seats": Route(
+        "POST",
+        "/api/orders",
+        {None: 401, "seller": 403, "stranger": 201, "buyer": 201, "admin": 201},
+        body=seats_body,
     ),
     "get order": Route(
         "GET",
