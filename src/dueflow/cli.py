@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,12 +21,13 @@ from dueflow.service import accounts, events, orders, payments, refunds, report
 from dueflow.service.deps import Deps
 from dueflow.store import migrate as migrations
 from dueflow.store.db import Database
+from dueflow.worker import reconciler
 from dueflow.worker.runner import Worker, run_feeder
 from dueflow.worker.scanner import run_scanner, scan_once
 
 T = TypeVar("T")
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app: typer.Typer = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 users_app = typer.Typer(no_args_is_help=True, help="Manage users.")
 goods_app = typer.Typer(no_args_is_help=True, help="Put goods on sale.")
 orders_app = typer.Typer(no_args_is_help=True, help="Place and inspect orders.")
@@ -140,16 +142,26 @@ def goods_add(
 
 @orders_app.command("place")
 def orders_place(
-    goods_id: int,
+    goods_id: int | None = typer.Argument(None, help="The goods to hold (or --show and --seats)."),
     buyer: str = typer.Option(..., help="The buying user's name."),
-    order_type: str = typer.Option("normal", "--type", help="Order type (normal, flash, ...)."),
+    order_type: str | None = typer.Option(None, "--type", help="Order type (default normal)."),
+    show_id: int | None = typer.Option(None, "--show", help="The show whose seats to hold."),
+    seats: str | None = typer.Option(None, help="With --show: seat labels, like A-1,A-2."),
 ) -> None:
-    """Place an order holding the goods."""
+    """Place an order holding the goods, or the seats of a show (a ``ticket`` order)."""
+    if (goods_id is None) == (show_id is None) or (show_id is None) != (seats is None):
+        raise typer.BadParameter("give a goods id, or --show with --seats")
+    if show_id is not None and seats is not None:
+        if order_type is not None:
+            raise typer.BadParameter("the order type of seats is ticket", param_hint="--type")
+        cli_shows.place_seats(show_id, seats, buyer)
+        return
+    goods: int = goods_id  # type: ignore[assignment]  # not None: checked above
 
     async def go(deps: Deps) -> dict[str, Any]:
         user = await accounts.get_user(deps, buyer)
         order_id = await orders.place_order(
-            deps, buyer_id=user.id, goods_id=goods_id, order_type=order_type
+            deps, buyer_id=user.id, goods_id=goods, order_type=order_type or "normal"
         )
         return await orders.order_view(deps, order_id)
 
@@ -377,6 +389,7 @@ def worker(
         tasks = [asyncio.create_task(runner.run(stop)) for _ in range(concurrency)]
         if not no_scanner:
             tasks.append(asyncio.create_task(run_scanner(runner, stop)))
+            tasks += reconciler.start(deps, stop)
         tasks.append(asyncio.create_task(run_feeder(runner, stop)))
         tasks += events.start(deps, bootstrap.build_event_webhook(settings), stop)
         if sock is not None:
@@ -439,6 +452,13 @@ def simulator(
     asyncio.run(serve(config, host, port))
 
 
+class DemoFlow(StrEnum):
+    """What ``dueflow demo`` sells."""
+
+    MARKETPLACE = "marketplace"
+    TICKETS = "tickets"
+
+
 @app.command()
 def demo(
     orders_count: int = typer.Option(60, "--orders", min=1, max=5000, help="Orders to simulate."),
@@ -459,19 +479,34 @@ def demo(
         envvar="DUEFLOW_ADMIN_TOKEN",
         help="An admin's bearer token on the --url server.",
     ),
+    flow: DemoFlow = typer.Option(
+        DemoFlow.MARKETPLACE,
+        help="What to sell: goods (marketplace) or the seats of a show (tickets; --orders is "
+        "then the number of buyers).",
+    ),
 ) -> None:
     """A simulated marketplace on the dev profile: buyers that pay, pay late, never pay or cancel;
-    sellers that ship, ship late or never. Ends with a table of outcomes and checked invariants."""
+    sellers that ship, ship late or never (or, with --flow tickets, a ticket sale: buyers racing
+    for the same seats, a show cancelled). Ends with a table of outcomes and checked invariants."""
     if url is not None:
-        from dueflow import demo_http
+        from dueflow import demo_http, demo_http_tickets
 
         if not admin_token:
             err.print(
                 "[red]error:[/red] --url needs an admin token: --admin-token or DUEFLOW_ADMIN_TOKEN"
             )
             raise typer.Exit(2)
-        ok = _run(
-            demo_http.run(
+        if flow is DemoFlow.TICKETS:
+            sale = demo_http_tickets.run(
+                url=url,
+                admin_token=admin_token,
+                buyers=orders_count,
+                seed=seed,
+                live=live,
+                console=out,
+            )
+        else:
+            sale = demo_http.run(
                 url=url,
                 admin_token=admin_token,
                 orders=orders_count,
@@ -479,14 +514,19 @@ def demo(
                 live=live,
                 console=out,
             )
-        )
-        raise typer.Exit(0 if ok else 1)
+        raise typer.Exit(0 if _run(sale) else 1)
     from dueflow import demo as demo_module
+    from dueflow import demo_tickets
 
-    ok = _run(
-        demo_module.run(orders=orders_count, speed=speed, db=db, seed=seed, live=live, console=out)
-    )
-    raise typer.Exit(0 if ok else 1)
+    if flow is DemoFlow.TICKETS:
+        sale = demo_tickets.run(
+            buyers=orders_count, speed=speed, db=db, seed=seed, live=live, console=out
+        )
+    else:
+        sale = demo_module.run(
+            orders=orders_count, speed=speed, db=db, seed=seed, live=live, console=out
+        )
+    raise typer.Exit(0 if _run(sale) else 1)
 
 
 def main() -> None:
@@ -495,3 +535,5 @@ def main() -> None:
 
 
 __all__ = ["app", "main"]
+
+from dueflow import cli_shows  # noqa: E402  (registers `dueflow shows`; it uses the above)

@@ -9,12 +9,13 @@ database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
 import tempfile
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,6 +30,7 @@ from dueflow import bootstrap, render
 from dueflow.api.app import create_app as create_api
 from dueflow.clock import ScaledClock
 from dueflow.config import load_settings
+from dueflow.domain.lifecycle import OrderStatus
 from dueflow.exceptions import DueflowError
 from dueflow.notifiers.log import LogNotifier
 from dueflow.payments.simulator import SimulatorConfig
@@ -116,33 +118,39 @@ class Market:
                 return view["paid_at"]  # type: ignore[no-any-return]
             await clock.sleep_until(clock.now() + timedelta(seconds=10))
 
-    async def life(self, order_id: int, person: Person, buyer_id: int, seller_id: int) -> None:
-        deps, rng = self.deps, self.rng
-        durations = deps.policy.durations("normal")
-        order = await self.view(order_id)
-        if person.buyer == "never_pays":
-            return
-        if person.buyer == "cancels":
-            await self.at(order["created_at"], rng.uniform(0.1, 0.8), durations.pay)
+    async def pay_by_habit(
+        self, order: Mapping[str, Any], habit: str, buyer_id: int, pay: timedelta
+    ) -> bool:
+        """The buyer's part of the order's pay window ``pay``, by ``habit`` (one of
+        :data:`BUYER_HABITS`); True when the buyer paid online (the order goes on)."""
+        deps, rng, order_id = self.deps, self.rng, order["id"]
+        if habit == "never_pays":
+            return False
+        if habit == "cancels":
+            await self.at(order["created_at"], rng.uniform(0.1, 0.8), pay)
             await self.act(
                 "cancel", orders.cancel_by_buyer(deps, order_id=order_id, user_id=buyer_id)
             )
-            return
-        late = person.buyer == "pays_late"
-        if late:
-            await self.at(order["created_at"], rng.uniform(1.6, 2.0), durations.pay)
+            return False
+        if habit == "pays_late":
+            await self.at(order["created_at"], rng.uniform(1.6, 2.0), pay)
             await self.act(
                 "late payment",
                 payments.record_manual_payment(deps, order_id=order_id, amount=order["amount"]),
             )
-        else:
-            wire = person.buyer == "pays_at_the_wire"
-            await self.at(
-                order["created_at"], 0.8 if wire else rng.uniform(0.1, 0.7), durations.pay
-            )
-            delay = durations.pay.total_seconds() * 0.4 if wire else 0.0
-            await self.act("payment", self.pay_online(order_id, buyer_id, delay))
-        if late or person.seller == "never_ships":
+            return False
+        wire = habit == "pays_at_the_wire"
+        await self.at(order["created_at"], 0.8 if wire else rng.uniform(0.1, 0.7), pay)
+        delay = pay.total_seconds() * 0.4 if wire else 0.0
+        await self.act("payment", self.pay_online(order_id, buyer_id, delay))
+        return True
+
+    async def life(self, order_id: int, person: Person, buyer_id: int, seller_id: int) -> None:
+        deps, rng = self.deps, self.rng
+        durations = deps.policy.durations("normal")
+        order = await self.view(order_id)
+        paid = await self.pay_by_habit(order, person.buyer, buyer_id, durations.pay)
+        if not paid or person.seller == "never_ships":
             return
         ship_late = person.seller == "ships_late"
         paid_at = await self.paid_at(order_id)
@@ -188,8 +196,10 @@ class Market:
 
 def outcomes_table(finals: Iterable[tuple[Person, str]], paying: Collection[str] = PAYING) -> Table:
     """Final statuses by buyer and seller habit; a seller's habit shows only for the buyers in
-    ``paying`` (the others' orders never reach the seller)."""
-    table = Table("buyer", "seller", "orders", "final statuses", title="outcomes")
+    ``paying`` (the others' orders never reach the seller), and not at all without ``paying``
+    (a flow without sellers' habits)."""
+    sellers = ("seller",) if paying else ()
+    table = Table("buyer", *sellers, "orders", "final statuses", title="outcomes")
     by_habit: dict[tuple[str, str], Counter[str]] = {}
     for person, status in finals:
         seller = person.seller if person.buyer in paying else "-"
@@ -197,34 +207,42 @@ def outcomes_table(finals: Iterable[tuple[Person, str]], paying: Collection[str]
     for (buyer, seller), counts in sorted(by_habit.items()):
         table.add_row(
             buyer,
-            seller,
+            *((seller,) if paying else ()),
             str(sum(counts.values())),
             ", ".join(f"{s} {n}" for s, n in counts.most_common()),
         )
     return table
 
 
-async def _wait_until_settled(
+async def wait_until_settled(
     deps: Deps, tasks: list[asyncio.Task[None]], live: Live | None
 ) -> None:
+    """Wait until every simulated person is done and no order is left in a live status,
+    updating ``live`` (if any) with the snapshot."""
     while True:
         snap = await report.snapshot(deps)
         if live is not None:
             live.update(render.snapshot_table(snap, title="dueflow demo (live)"))
-        pending = sum(
-            n
-            for s, n in snap.orders.items()
-            if s not in ("completed", "cancelled_unpaid", "cancelled_unshipped")
-        )
+        pending = sum(n for s, n in snap.orders.items() if not OrderStatus(s).is_final)
         if pending == 0 and all(t.done() for t in tasks):
             return
         await asyncio.sleep(0.2)
 
 
-async def run(
-    *, orders: int, speed: float, db: Path | None, seed: int, live: bool, console: Console
-) -> bool:
-    """Run the simulation; True when every invariant holds."""
+@dataclass
+class FastWorld:
+    """dueflow on the dev profile in fast time, with the payment simulator wired both ways."""
+
+    deps: Deps
+    notifier: LogNotifier
+    #: The simulator's control API (scan, pay, ...).
+    sim: httpx.AsyncClient
+
+
+@contextlib.asynccontextmanager
+async def fast_world(*, speed: float, db: Path | None) -> AsyncIterator[FastWorld]:
+    """dueflow at ``speed`` simulated seconds a real second on the SQLite file ``db`` (a fresh
+    temporary one without it), the simulator notifying its API in process."""
     # Late payments are logged loudly as discrepancies; the demo reports them in its tables.
     logging.getLogger("dueflow").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="dueflow-demo-") as tmp:
@@ -250,16 +268,41 @@ async def run(
             simulator_of(sim_app).running(),
         ):
             to_dueflow.app = create_api(deps)
-            return await _simulate(
-                deps,
-                notifier,
-                sim,
-                count=orders,
-                seed=seed,
-                live=live,
-                console=console,
-                speed=speed,
-            )
+            yield FastWorld(deps, notifier, sim)
+
+
+@contextlib.asynccontextmanager
+async def worker_running(deps: Deps) -> AsyncIterator[None]:
+    """A worker and its scanner beside the simulated people, stopped on the way out."""
+    stop = asyncio.Event()
+    worker = Worker(deps)
+    background = [
+        asyncio.create_task(worker.run(stop)),
+        asyncio.create_task(run_scanner(worker, stop)),
+    ]
+    try:
+        yield
+    finally:
+        stop.set()
+        deps.trigger.wake()
+        await asyncio.gather(*background)
+
+
+async def run(
+    *, orders: int, speed: float, db: Path | None, seed: int, live: bool, console: Console
+) -> bool:
+    """Run the simulation; True when every invariant holds."""
+    async with fast_world(speed=speed, db=db) as world:
+        return await _simulate(
+            world.deps,
+            world.notifier,
+            world.sim,
+            count=orders,
+            seed=seed,
+            live=live,
+            console=console,
+            speed=speed,
+        )
 
 
 class _LateASGI(httpx.AsyncBaseTransport):
@@ -291,12 +334,21 @@ async def _simulate(
         f"dev profile at {speed:g}x (pay {deps.policy.durations('normal').pay}, "
         f"ship {deps.policy.durations('normal').ship})"
     )
-    stop = asyncio.Event()
-    worker = Worker(deps)
-    background = [
-        asyncio.create_task(worker.run(stop)),
-        asyncio.create_task(run_scanner(worker, stop)),
-    ]
+    async with worker_running(deps):
+        market, habits = await _play(deps, rng, sim, sellers, buyers, count, live, console)
+    return await _summarise(deps, notifier, market, habits, console, speed)
+
+
+async def _play(
+    deps: Deps,
+    rng: random.Random,
+    sim: httpx.AsyncClient,
+    sellers: list[Any],
+    buyers: list[Any],
+    count: int,
+    live: bool,
+    console: Console,
+) -> tuple[Market, dict[int, Person]]:
     market = Market(deps, rng, sim)
     habits: dict[int, Person] = {}
     tasks: list[asyncio.Task[None]] = []
@@ -322,13 +374,10 @@ async def _simulate(
         await market.at(deps.clock.now(), rng.uniform(0, 1.0 / max(count, 1)), pay)
     if live:
         with Live(console=console, refresh_per_second=4, transient=False) as view:
-            await _wait_until_settled(deps, tasks, view)
+            await wait_until_settled(deps, tasks, view)
     else:
-        await _wait_until_settled(deps, tasks, None)
-    stop.set()
-    deps.trigger.wake()
-    await asyncio.gather(*background)
-    return await _summarise(deps, notifier, market, habits, console, speed)
+        await wait_until_settled(deps, tasks, None)
+    return market, habits
 
 
 async def _summarise(
@@ -344,6 +393,25 @@ async def _summarise(
         for order_id, person in habits.items()
     ]
     console.print(outcomes_table(finals))
+    console.print(await figures_table(deps, notifier, market.refused, speed))
+    inv = await report.check_invariants(deps, tolerance_seconds=invariant_tolerance(speed))
+    console.print(render.invariants_table(inv))
+    console.print(
+        "[green]all invariants hold[/green]" if inv.ok else "[red]invariants broken[/red]"
+    )
+    return inv.ok
+
+
+def invariant_tolerance(speed: float) -> float:
+    """Simulated seconds an order may stay past its deadline (two real seconds)."""
+    return max(2.0, 2.0 * speed)
+
+
+async def figures_table(
+    deps: Deps, notifier: LogNotifier, refused: Counter[str], speed: float
+) -> Table:
+    """Timers and their lateness in real time, reminders, refunds, discrepancies and the
+    refused actions by reason."""
     snap = await report.snapshot(deps)
     lateness = await report.lateness_seconds(deps)
     real = [x / speed * 1000 for x in lateness]
@@ -359,12 +427,6 @@ async def _summarise(
     stats.add_row("discrepancies (paid after cancel)", str(snap.discrepancies))
     stats.add_row(
         "actions refused",
-        ", ".join(f"{k} {v}" for k, v in sorted(market.refused.items())) or "none",
+        ", ".join(f"{k} {v}" for k, v in sorted(refused.items())) or "none",
     )
-    console.print(stats)
-    inv = await report.check_invariants(deps, tolerance_seconds=max(2.0, 2.0 * speed))
-    console.print(render.invariants_table(inv))
-    console.print(
-        "[green]all invariants hold[/green]" if inv.ok else "[red]invariants broken[/red]"
-    )
-    return inv.ok
+    return stats

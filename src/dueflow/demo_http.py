@@ -23,10 +23,11 @@ invariants come from the summary, the outcomes from the run's order views.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import secrets
 from collections import Counter
-from collections.abc import Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,6 +39,7 @@ from rich.table import Table
 
 from dueflow import render
 from dueflow.demo import BUYER_HABITS, PAYING, SELLER_HABITS, Person, outcomes_table, pick_habit
+from dueflow.domain.lifecycle import FINAL_STATUSES
 from dueflow.exceptions import DomainError, DueflowError
 from dueflow.service import payments
 from dueflow.service.report import Invariants, Snapshot
@@ -48,7 +50,7 @@ HTTP_BUYER_HABITS = {
     for habit, weight in BUYER_HABITS.items()
 }
 HTTP_PAYING = (*PAYING, "pays_on_cancel")
-FINAL = ("completed", "cancelled_unpaid", "cancelled_unshipped")
+FINAL = tuple(sorted(s.value for s in FINAL_STATUSES))
 #: The deadline an order in each live status waits for.
 DEADLINE_OF = {
     "pending_payment": "pay_deadline",
@@ -97,7 +99,7 @@ def _refusal(response: httpx.Response) -> Refused:
         return Refused(response.status_code, f"http_{response.status_code}", response.text[:200])
 
 
-def _dates(view: Mapping[str, Any]) -> dict[str, Any]:
+def dates_of(view: Mapping[str, Any]) -> dict[str, Any]:
     """An order view with its times (``*_at``, ``*_deadline``) as datetimes."""
     return {
         key: datetime.fromisoformat(value)
@@ -128,7 +130,7 @@ class Server:
         return answer
 
     async def view(self, order_id: int) -> dict[str, Any]:
-        return _dates(await self.call("GET", f"/api/orders/{order_id}", self.admin))
+        return dates_of(await self.call("GET", f"/api/orders/{order_id}", self.admin))
 
     def now(self) -> datetime:
         """The server's time, by this clock and the offset measured at the start."""
@@ -254,32 +256,40 @@ class HttpMarket:
             # a server that stalls or answers out of shape ends this person, not the demo
             self.refused[f"gave up ({type(exc).__name__})"] += 1
 
+    async def pay_by_habit(self, order: Mapping[str, Any], habit: str, buyer: str) -> bool:
+        """The buyer's part of the order's pay window by ``habit`` (one of
+        :data:`HTTP_BUYER_HABITS`); True when the buyer paid (the order goes on)."""
+        rng, server, order_id = self.rng, self.server, order["id"]
+        pay = _window(order, "created_at", "pay_deadline")
+        path = f"/api/orders/{order_id}"
+        if habit == "never_pays":
+            return False
+        if habit == "cancels":
+            await self.at(order["created_at"], rng.uniform(0.1, 0.8), pay)
+            await self.act("cancel", server.call("POST", f"{path}/cancel", buyer))
+            return False
+        if habit == "pays_on_cancel":
+            await self.at(order["created_at"], _before_expiry(rng.uniform(0.3, 0.7), pay), pay)
+            if not await self.act("payment", self.pay_on_cancel(order_id, buyer)):
+                return False
+            await self.act("cancel while paying", server.call("POST", f"{path}/cancel", buyer))
+            return True
+        wire = habit == "pays_at_the_wire"
+        paying_at = _before_expiry(0.8 if wire else rng.uniform(0.1, 0.7), pay)
+        await self.at(order["created_at"], paying_at, pay)
+        # at the wire: the notification comes at 1.2 of the window, past the deadline
+        delay = pay.total_seconds() * (1.2 - paying_at) if wire else 0.0
+        return await self.act("payment", self.pay_online(order_id, buyer, delay))
+
     async def _life(self, order_id: int, person: Person, buyer: str, seller: str) -> None:
         rng, server = self.rng, self.server
         order = await server.view(order_id)
-        pay = _window(order, "created_at", "pay_deadline")
         path = f"/api/orders/{order_id}"
-        if person.buyer == "never_pays":
+        if not await self.pay_by_habit(order, person.buyer, buyer):
             return
-        if person.buyer == "cancels":
-            await self.at(order["created_at"], rng.uniform(0.1, 0.8), pay)
-            await self.act("cancel", server.call("POST", f"{path}/cancel", buyer))
-            return
-        if person.buyer == "pays_on_cancel":
-            await self.at(order["created_at"], _before_expiry(rng.uniform(0.3, 0.7), pay), pay)
-            if not await self.act("payment", self.pay_on_cancel(order_id, buyer)):
-                return
-            await self.act("cancel while paying", server.call("POST", f"{path}/cancel", buyer))
-        else:
-            wire = person.buyer == "pays_at_the_wire"
-            paying_at = _before_expiry(0.8 if wire else rng.uniform(0.1, 0.7), pay)
-            await self.at(order["created_at"], paying_at, pay)
-            # at the wire: the notification comes at 1.2 of the window, past the deadline
-            delay = pay.total_seconds() * (1.2 - paying_at) if wire else 0.0
-            if not await self.act("payment", self.pay_online(order_id, buyer, delay)):
-                return
         if person.seller == "never_ships":
             return
+        pay = _window(order, "created_at", "pay_deadline")
         paid = await self.left(order_id, "pending_payment", pay)
         if paid["paid_at"] is None:
             return
@@ -323,6 +333,21 @@ async def run(
         BadServer: ``url`` is not a usable dueflow server, or the token is not an admin's.
         ServerLost: the server stopped answering during the run.
     """
+    async with connected(url, admin_token) as server:
+        return await _simulate(
+            server, url.rstrip("/"), count=orders, seed=seed, live=live, console=console
+        )
+
+
+@contextlib.asynccontextmanager
+async def connected(url: str, admin_token: str) -> AsyncIterator[Server]:
+    """The dueflow server at ``url``, checked (an admin's token, the simulator mounted); a
+    failure inside is translated as :func:`run` says.
+
+    Raises:
+        BadServer: ``url`` is not a usable dueflow server, or the token is not an admin's.
+        ServerLost: the server stopped answering inside.
+    """
     url = url.rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise BadServer(f"--url must look like http://HOST:PORT, not {url!r}")
@@ -332,7 +357,7 @@ async def run(
             server = Server(client, admin_token)
             await server.check(url)
             await _check_simulator(server, url)
-            return await _simulate(server, url, count=orders, seed=seed, live=live, console=console)
+            yield server
     except httpx.InvalidURL as exc:
         raise BadServer(f"--url {url!r} is not a valid URL: {exc}") from None
     except Refused as exc:
@@ -341,7 +366,8 @@ async def run(
         raise ServerLost(f"the demo lost the server at {url}: {_describe(exc)}") from None
 
 
-async def _add_user(server: Server, name: str) -> str:
+async def add_user(server: Server, name: str) -> str:
+    """A new user made by the admin; their token."""
     made = await server.call("POST", "/api/admin/users", server.admin, {"name": name})
     return str(made["token"])
 
@@ -351,8 +377,8 @@ async def _simulate(
 ) -> bool:
     rng = random.Random(seed)
     run_id = secrets.token_hex(3)  # names unused by earlier runs against the same server
-    sellers = [await _add_user(server, f"seller{i}-{run_id}") for i in range(SELLERS)]
-    buyers = [await _add_user(server, f"buyer{i}-{run_id}") for i in range(BUYERS)]
+    sellers = [await add_user(server, f"seller{i}-{run_id}") for i in range(SELLERS)]
+    buyers = [await add_user(server, f"buyer{i}-{run_id}") for i in range(BUYERS)]
     market = HttpMarket(server, rng)
     habits: dict[int, Person] = {}
     tasks: list[asyncio.Task[None]] = []
@@ -369,7 +395,7 @@ async def _simulate(
             rng.random() < 0.4,
             rng.random() < 0.3,
         )
-        order = _dates(await server.call("POST", "/api/orders", buyer, {"goods_id": goods["id"]}))
+        order = dates_of(await server.call("POST", "/api/orders", buyer, {"goods_id": goods["id"]}))
         pay = _window(order, "created_at", "pay_deadline")
         if n == 0:
             console.print(
@@ -382,9 +408,9 @@ async def _simulate(
         await asyncio.sleep(rng.uniform(0, 1.0 / count) * pay.total_seconds())
     if live:
         with Live(console=console, refresh_per_second=4, transient=False) as view:
-            gave_up = await _wait_until_settled(server, habits, tasks, view)
+            gave_up = await wait_until_settled(server, habits, tasks, view)
     else:
-        gave_up = await _wait_until_settled(server, habits, tasks, None)
+        gave_up = await wait_until_settled(server, habits, tasks, None)
     await asyncio.gather(*tasks)
     if gave_up:
         console.print(
@@ -392,6 +418,12 @@ async def _simulate(
             f"{GIVE_UP.total_seconds():g} s past their deadline[/red]"
         )
     return await _summarise(server, market, habits, console)
+
+
+def invariants_of(summary: Mapping[str, Any]) -> Invariants:
+    """The invariants of an admin summary (the whole server's)."""
+    checked = summary["invariants"]
+    return Invariants(**{f.name: list(checked.get(f.name, [])) for f in fields(Invariants)})
 
 
 def _snapshot(summary: Mapping[str, Any]) -> Snapshot:
@@ -406,7 +438,8 @@ def _snapshot(summary: Mapping[str, Any]) -> Snapshot:
     )
 
 
-async def _gather_views(server: Server, order_ids: list[int]) -> list[dict[str, Any]]:
+async def gather_views(server: Server, order_ids: list[int]) -> list[dict[str, Any]]:
+    """The views of these orders, eight requests at a time."""
     limit = asyncio.Semaphore(8)
 
     async def one(order_id: int) -> dict[str, Any]:
@@ -416,19 +449,19 @@ async def _gather_views(server: Server, order_ids: list[int]) -> list[dict[str, 
     return list(await asyncio.gather(*(one(order_id) for order_id in order_ids)))
 
 
-async def _wait_until_settled(
+async def wait_until_settled(
     server: Server,
     habits: Mapping[int, Person],
     tasks: list[asyncio.Task[None]],
     live: Live | None,
 ) -> set[int]:
-    """Wait until every person is done and no order of the run is live; the orders given up on
-    (live long past their deadline)."""
+    """Wait until every person is done and no order of the run (``habits``) is live; the orders
+    given up on (live long past their deadline)."""
     pending = sorted(habits)
     while True:
         acting = sum(not t.done() for t in tasks)
         if acting == 0:
-            views = await _gather_views(server, pending)
+            views = await gather_views(server, pending)
             pending = [v["id"] for v in views if v["status"] not in FINAL]
             stale = {
                 v["id"]
@@ -453,7 +486,7 @@ async def _wait_until_settled(
 async def _summarise(
     server: Server, market: HttpMarket, habits: Mapping[int, Person], console: Console
 ) -> bool:
-    views = {v["id"]: v for v in await _gather_views(server, sorted(habits))}
+    views = {v["id"]: v for v in await gather_views(server, sorted(habits))}
     console.print(
         outcomes_table(
             ((person, views[order_id]["status"]) for order_id, person in habits.items()),
@@ -488,10 +521,9 @@ async def _summarise(
         ", ".join(f"{k} {v}" for k, v in sorted(market.refused.items())) or "none",
     )
     console.print(stats)
-    checked = summary["invariants"]
-    inv = Invariants(**{f.name: list(checked.get(f.name, [])) for f in fields(Invariants)})
+    inv = invariants_of(summary)
     console.print(render.invariants_table(inv))
-    ok = bool(checked.get("ok")) and inv.ok
+    ok = bool(summary["invariants"].get("ok")) and inv.ok
     if ok:
         console.print("[green]all invariants hold[/green]")
     else:

@@ -286,10 +286,10 @@ async def paid_with_open_second_trade(world: Any, provider: SecondTrade) -> tupl
 
 async def drain_with_retries(world: Any) -> None:
     """Run the show cancel and the leftover close, which share a batch: the cancel of a paid
-    order waits (retried with backoff) while a trade of the order is still open."""
+    order does not wait for its leftover trade (its own close_attempts timer closes it), and
+    nothing is left to retry."""
     assert await world.worker.drain() == 2
     world.clock.advance(timedelta(minutes=1))
-    assert await world.worker.drain() == 1
     assert await world.worker.drain() == 0
 
 
@@ -327,12 +327,17 @@ async def test_a_second_trade_found_paid_at_the_show_cancel_is_refunded_too(worl
     trades = await _all(world, select(t_payments).where(t_payments.c.order_id == order_id))
     assert sorted((p.provider, p.state) for p in trades) == [("manual", "paid"), ("second", "paid")]
     odd = await _all(world, select(discrepancies).where(discrepancies.c.order_id == order_id))
-    assert [d.kind for d in odd] == ["paid_twice"]
+    # paid twice, or paid after the cancel: which depends on which of the two side-by-side
+    # handlers of the batch committed first.
+    [kind] = [d.kind for d in odd]
+    assert kind in ("paid_twice", "paid_after_cancel")
     # Each paid trade is paid back exactly once, whichever step found it first.
-    assert sorted(await refunds_of(world, order_id)) == [
-        ("pending_review", "paid_twice", Decimal("760.00")),
-        ("pending_review", "show_cancel", Decimal("760.00")),
-    ]
+    assert sorted(await refunds_of(world, order_id)) == sorted(
+        [
+            ("pending_review", kind, Decimal("760.00")),
+            ("pending_review", "show_cancel", Decimal("760.00")),
+        ]
+    )
     assert await tickets_of(world, order_id) == ["void", "void"]
     assert await held(world, order_id) == {}
     assert await counted(world, show_id, world.buyer) == 0

@@ -374,14 +374,20 @@ async def close_attempts(
 async def opened_since(
     conn: AsyncConnection, order_ids: Sequence[int], closed: Sequence[Row[Any]]
 ) -> set[int]:
-    """Inside the cancel's transaction: the orders with an open attempt that close-or-query did
-    not see (started meanwhile). Cancelling them now would leave a payable trade behind."""
+    """Inside the cancel's transaction: the unpaid orders with an open attempt that
+    close-or-query did not see (started meanwhile). Cancelling them now would leave a payable
+    trade behind. (A paid order's leftover trades are closed by its own ``close_attempts``
+    timer, whatever becomes of the order.)"""
     seen = {row.pay_no for row in closed}
-    return {
+    unseen = {
         row.order_id
         for row in await payments.for_orders(conn, order_ids, state=payments.OPEN)
         if row.pay_no not in seen
     }
+    if not unseen:
+        return unseen
+    pending = OrderStatus.PENDING_PAYMENT.value
+    return {r.id for r in await orders.many(conn, list(unseen)) if r.status == pending}
 
 
 async def open_attempts(deps: Deps, order_ids: Sequence[int], now: datetime) -> list[Row[Any]]:
