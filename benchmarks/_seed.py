@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+
+import httpx
 
 from dueflow.store import migrate
 from dueflow.store.db import Database
@@ -96,3 +104,40 @@ def rss_kib(pid: int) -> tuple[int, int]:
                 key, value = line.split(":", 1)
                 values[key] = int(value.split()[0])
     return values.get("VmRSS", 0), values.get("VmHWM", 0)
+
+
+#: The dueflow program of this virtualenv.
+DUEFLOW = Path(sys.executable).parent / "dueflow"
+
+
+@contextlib.contextmanager
+def serving(
+    env: dict[str, str], port: int, log: Path, *, worker: bool = True
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``dueflow serve`` (the worker on unless ``worker`` is False) until the block ends; ready
+    when /healthz answers."""
+    command = [str(DUEFLOW), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    if not worker:
+        command.append("--no-worker")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        limit = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited {proc.returncode}: {log.read_text()[-2000:]}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > limit:
+                raise RuntimeError(f"server not healthy after 30 s: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -37,7 +36,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +46,6 @@ from dueflow.service.operations import percentile
 sys.path.insert(0, str(Path(__file__).parent))
 import _seed
 
-DUEFLOW = Path(sys.executable).parent / "dueflow"
 PY_SPY = Path(sys.executable).parent / "py-spy"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -112,35 +109,6 @@ def fresh_copy(template: Path, target: Path) -> None:
         source = Path(f"{template}{suffix}")
         if source.exists():
             shutil.copyfile(source, f"{target}{suffix}")
-
-
-@contextlib.contextmanager
-def server(db: Path, port: int, worker: bool, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    command = [str(DUEFLOW), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    if not worker:
-        command.append("--no-worker")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(command, env=env_for(db), stdout=out, stderr=subprocess.STDOUT)
-    try:
-        limit = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited {proc.returncode}: {log.read_text()[-2000:]}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > limit:
-                raise RuntimeError(f"server not healthy after 30 s: {log.read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 @dataclass
@@ -237,7 +205,7 @@ def point(
     fresh_copy(template.path, db)
     port = free_port()
     spy = None
-    with server(db, port, args.worker, tmp / f"c{concurrency}.log") as proc:
+    with _seed.serving(env_for(db), port, tmp / f"c{concurrency}.log", worker=args.worker) as proc:
         if args.py_spy:
             # Attach before the run; the buyers and the warm-up give it time to start.
             out = Path(args.py_spy) / f"c{concurrency}{'' if args.worker else '-noworker'}.txt"

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -35,19 +34,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import httpx
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _backends
+import _seed
 
-DUEFLOW = Path(sys.executable).parent / "dueflow"
 LUA = Path(__file__).with_suffix(".lua")
 SECTION = 200
 LIVE = "('pending_payment', 'paid')"
@@ -138,34 +135,6 @@ async def seed(url: str, seats: int, buyers: int, limit: int) -> tuple[int, list
         )
         tokens = [(await accounts.add_user(deps, f"buyer{n}"))[1] for n in range(buyers)]
     return show_id, [s.label for s in specs], tokens
-
-
-@contextlib.contextmanager
-def server(env: dict[str, str], port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``dueflow serve`` (worker on) until the block ends; ready when /healthz answers."""
-    command = [str(DUEFLOW), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        limit = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited {proc.returncode}: {log.read_text()[-2000:]}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > limit:
-                raise RuntimeError(f"server not healthy after 30 s: {log.read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def wait_for_cache(url: str, show_id: int, seconds: float = 20) -> bool:
@@ -285,7 +254,7 @@ def main() -> None:
             env["DUEFLOW_SEAT_CACHE_URL"] = args.seat_cache_url
             env["DUEFLOW_SEAT_RECONCILE_INTERVAL"] = "5s"
         port = free_port()
-        with server(env, port, tmp / "serve.log"):
+        with _seed.serving(env, port, tmp / "serve.log"):
             if args.seat_cache_url and not wait_for_cache(args.seat_cache_url, show_id):
                 sys.exit("the seat cache never loaded the show")
             result = rush(args, port, tmp, show_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row
@@ -104,25 +105,52 @@ async def _place(
         line = holds.Line(kind="goods", item_id=goods_id, label=item.title, price=item.price)
         await holds.insert_lines(conn, order_id, [line])
         await deps.holds.of(line.kind).hold(conn, holds.Holder(order_id, buyer_id), [line], now)
-        new = [
-            timers.NewTimer(order_id, TimerKind.CANCEL_UNPAID, policy.pay_deadline(order_type, now))
-        ]
-        remind_at = policy.reminder_at(order_type, now)
-        if remind_at is not None:
-            new.append(timers.NewTimer(order_id, TimerKind.PAY_REMINDER, remind_at))
-        armed = await timers.schedule(conn, new, now)
-        await orders.record_events(
+        armed = await arm_placed(
             conn,
-            [order_id],
-            event="place",
-            actor=f"user:{buyer_id}",
+            deps,
+            order_id,
+            order_type,
+            buyer_id=buyer_id,
             now=now,
-            to_status=S.PENDING_PAYMENT,
             detail=f"goods {goods_id} for {item.price}",
         )
         if not view:
             return {"id": order_id}, armed
         return await view_in(conn, order_id, new=True), armed
+
+
+async def arm_placed(
+    conn: AsyncConnection,
+    deps: Deps,
+    order_id: int,
+    order_type: str,
+    *,
+    buyer_id: int,
+    now: datetime,
+    detail: str,
+) -> list[timers.Armed]:
+    """In the placing transaction of every flow: the pay deadline's ``cancel_unpaid`` timer,
+    the reminder's (unless it would come too late) and the ``place`` event; returns the timers
+    for the trigger (after commit)."""
+    new = [
+        timers.NewTimer(
+            order_id, TimerKind.CANCEL_UNPAID, deps.policy.pay_deadline(order_type, now)
+        )
+    ]
+    remind_at = deps.policy.reminder_at(order_type, now)
+    if remind_at is not None:
+        new.append(timers.NewTimer(order_id, TimerKind.PAY_REMINDER, remind_at))
+    armed = await timers.schedule(conn, new, now)
+    await orders.record_events(
+        conn,
+        [order_id],
+        event="place",
+        actor=f"user:{buyer_id}",
+        now=now,
+        to_status=S.PENDING_PAYMENT,
+        detail=detail,
+    )
+    return armed
 
 
 def _goods_state(item: Row[Any]) -> str:

@@ -225,6 +225,11 @@ async def _place(
         missing = [label for label in wanted if label not in found]
         if missing:
             raise InvalidInput(f"show {show_id} has no seat {', '.join(missing)}")
+        # Refused before anything is written: a rush is mostly refusals, so they stay reads.
+        taken = set(await shows.taken_among(conn, [s.id for s in found.values()]))
+        if taken:
+            names = ", ".join(label for label in wanted if found[label].id in taken)
+            raise SeatUnavailable(f"seats taken: {names}")
         await shows.count_seats(
             conn,
             show_id=show_id,
@@ -254,18 +259,13 @@ async def _place(
         await holds.insert_lines(conn, order_id, lines)
         holder = holds.Holder(order_id, buyer_id, show_id)
         await deps.holds.of("seat").hold(conn, holder, lines, now)
-        new = [timers.NewTimer(order_id, TimerKind.CANCEL_UNPAID, pay_deadline)]
-        remind_at = deps.policy.reminder_at(TICKET_ORDER_TYPE, now)
-        if remind_at is not None:
-            new.append(timers.NewTimer(order_id, TimerKind.PAY_REMINDER, remind_at))
-        armed = await timers.schedule(conn, new, now)
-        await orders.record_events(
+        armed = await order_service.arm_placed(
             conn,
-            [order_id],
-            event="place",
-            actor=f"user:{buyer_id}",
+            deps,
+            order_id,
+            TICKET_ORDER_TYPE,
+            buyer_id=buyer_id,
             now=now,
-            to_status=S.PENDING_PAYMENT,
             detail=f"show {show_id} seats {', '.join(wanted)} for {amount}",
         )
         if not view:

@@ -103,7 +103,8 @@ async def hold_states(conn: AsyncConnection, show_id: int) -> dict[str, str]:
 
 
 async def taken_among(conn: AsyncConnection, seat_ids: Sequence[int]) -> list[int]:
-    """The seats among these that are held or sold."""
+    """The seats among these that are held or sold (committed: a hold in flight is found by
+    the unique key at the insert)."""
     query = select(seat_holds.c.seat_id).where(seat_holds.c.seat_id.in_(seat_ids))
     return [int(r[0]) for r in (await conn.execute(query)).all()]
 
@@ -171,11 +172,6 @@ async def hold_seats(
         SeatUnavailable: a seat is held or sold (the unique key decides a race).
     """
     ordered = sorted(seat_rows, key=lambda s: s.id)
-    labels = {s.id: s.label for s in ordered}
-    taken = await taken_among(conn, list(labels))
-    if taken:
-        names = ", ".join(labels[i] for i in sorted(taken))
-        raise SeatUnavailable(f"seats taken: {names}")
     try:
         await conn.execute(
             insert(seat_holds),
