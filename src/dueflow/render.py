@@ -72,7 +72,9 @@ def print_order(console: Console, view: dict[str, Any]) -> None:
 def snapshot_table(snap: Snapshot, title: str = "dueflow status") -> Table:
     """Orders by status, timers by state, and the alarms."""
     table = Table("what", "count", title=title)
-    for status in ORDER_STATUSES:
+    # The marketplace's statuses always (a zero says something too), other flows' when present.
+    others = sorted(status for status in snap.orders if status not in ORDER_STATUSES)
+    for status in (*ORDER_STATUSES, *others):
         table.add_row(f"orders {status}", str(snap.orders.get(status, 0)))
     for state in ("scheduled", "claimed", "done", "cancelled"):
         table.add_row(f"timers {state}", str(snap.timers.get(state, 0)))

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, insert, select, update
 
+from dueflow import render
 from dueflow.exceptions import (
     InvalidInput,
     InvalidTransition,
@@ -177,3 +178,13 @@ async def test_no_payment_starts_for_a_cancelled_show(world):
         )
         assert answer.status_code == 409
         assert answer.json()["error"]["code"] == "sales_closed"
+
+
+async def test_the_status_table_counts_ticket_orders(world):
+    show_id = await world.show()
+    view = await world.seats(show_id, ["A-1"])
+    await payments.record_manual_payment(world.deps, order_id=view["id"], amount="380.00")
+    table = render.snapshot_table(await report.snapshot(world.deps))
+    rows = dict(zip(table.columns[0]._cells, table.columns[1]._cells, strict=True))
+    assert rows["orders paid"] == "1"
+    assert rows["orders pending_shipment"] == "0"
