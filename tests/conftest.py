@@ -121,6 +121,12 @@ def settings(db_path: Path) -> Settings:
 
 @pytest.fixture
 async def world(settings: Settings) -> AsyncIterator[World]:
+    async for built in world_on(settings):
+        yield built
+
+
+async def world_on(settings: Settings) -> AsyncIterator[World]:
+    """A :class:`World` wired from ``settings`` (the ``world`` fixture's, or a test's own)."""
     clock = FakeClock(START)
     notifier = RecordingNotifier()
     async with bootstrap.running(

@@ -22,18 +22,16 @@ import redis.asyncio as aioredis
 from sqlalchemy import func, select
 
 from dueflow import bootstrap
-from dueflow.clock import FakeClock
 from dueflow.config import load_settings
 from dueflow.exceptions import ConfigError, SeatUnavailable
 from dueflow.seatcache import NoSeatCache
 from dueflow.seatcache_redis import LOADED, RedisSeatCache
-from dueflow.service import accounts, orders, payments, tickets
+from dueflow.service import orders, payments, tickets
 from dueflow.store import shows
 from dueflow.store.schema import seat_holds
 from dueflow.store.shows import SeatMove
 from dueflow.worker import reconciler
-from dueflow.worker.runner import Worker
-from tests.conftest import START, RecordingNotifier, World, eventually, require_service
+from tests.conftest import World, eventually, require_service, world_on
 
 SEAT_CACHE_URL = os.environ.get("DUEFLOW_TEST_SEAT_CACHE_URL", "redis://127.0.0.1:6379/11")
 
@@ -57,15 +55,8 @@ async def _world(db_path: Path, seat_cache_url: str) -> AsyncIterator[World]:
     settings = load_settings(
         database_url=f"sqlite:///{db_path}", profile="prod", seat_cache_url=seat_cache_url
     )
-    clock = FakeClock(START)
-    notifier = RecordingNotifier()
-    async with bootstrap.running(
-        settings, clock=clock, notifier=notifier, migrate_sqlite=False
-    ) as deps:
-        seller, _ = await accounts.add_user(deps, "seller")
-        buyer, _ = await accounts.add_user(deps, "buyer")
-        other, _ = await accounts.add_user(deps, "other")
-        yield World(deps, clock, notifier, Worker(deps), seller.id, buyer.id, other.id)
+    async for world in world_on(settings):
+        yield world
 
 
 @pytest.fixture

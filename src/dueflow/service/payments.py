@@ -476,11 +476,10 @@ async def _new_attempt(
                 f"{MIN_PAY_WINDOW.total_seconds():g} s away",
                 status=order.status,
             )
-        if order.show_id is not None:
-            show = await shows.get(conn, order.show_id)
-            if show is not None and show.status == shows.CANCELLED:
-                # Its order is being cancelled by the worker: a trade now would only be closed.
-                raise SalesClosed(f"cannot pay: show {order.show_id} was cancelled")
+        show = None if order.show_id is None else await shows.get(conn, order.show_id)
+        if show is not None and show.status == shows.CANCELLED:
+            # Its order is being cancelled by the worker: a trade now would only be closed.
+            raise SalesClosed(f"cannot pay: show {order.show_id} was cancelled")
         deps.providers.get(provider).check_amount(order.amount)  # before anything is stored
         pay_no = new_pay_no(now)
         await payments.insert_attempt(
@@ -500,18 +499,14 @@ async def _new_attempt(
             now=now,
             detail=f"{provider} {pay_no}",
         )
-        subject = await _subject(conn, order)
+        subject = await _subject(conn, order, show)
         row = await payments.by_pay_no(conn, pay_no)
     assert row is not None
     return row, subject
 
 
-async def _subject(conn: AsyncConnection, order: Row[Any]) -> str:
+async def _subject(conn: AsyncConnection, order: Row[Any], show: Row[Any] | None) -> str:
     """What the buyer pays for, as the provider shows it: the goods' title, or the show's
-    title and the seats."""
+    title and the seats (``show``: the order's, already read)."""
     labels = ", ".join(line.label for line in (await holds.lines_of(conn, [order.id]))[order.id])
-    if order.show_id is None:
-        return labels
-    show = await shows.get(conn, order.show_id)
-    assert show is not None  # a foreign key
-    return f"{show.title} {labels}"
+    return labels if show is None else f"{show.title} {labels}"
