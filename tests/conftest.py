@@ -25,7 +25,7 @@ from dueflow.clock import FakeClock
 from dueflow.config import Settings, load_settings
 from dueflow.domain import seating
 from dueflow.notifiers.base import Notifier, Reminder
-from dueflow.service import accounts, tickets
+from dueflow.service import accounts, shop, tickets
 from dueflow.service.deps import Deps
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
@@ -88,6 +88,73 @@ class World:
             buyer_id=self.buyer if buyer is None else buyer,
             show_id=show_id,
             labels=labels,
+        )
+
+    async def sku(self, stock: int = 10, price: str = "25.00", title: str = "mug") -> int:
+        """A SKU of the seller."""
+        view = await shop.create_sku(
+            self.deps, seller_id=self.seller, title=title, price=price, stock=stock
+        )
+        return int(view["id"])
+
+    async def coupon(
+        self,
+        *,
+        off: str = "5.00",
+        minimum: str = "20.00",
+        days: int = 30,
+        to: int | None = None,
+        total: int = 100,
+    ) -> int:
+        """A coupon of the seller's shop issued to ``to`` (the world's buyer): valid from now
+        for ``days`` days."""
+        tpl = await shop.create_template(
+            self.deps,
+            seller_id=self.seller,
+            title=f"{off} off",
+            amount_off=off,
+            min_amount=minimum,
+            valid_from=self.clock.now(),
+            valid_until=self.clock.now() + timedelta(days=days),
+            total=total,
+        )
+        issued = await shop.issue_coupon(
+            self.deps,
+            template_id=tpl["id"],
+            issuer_id=self.seller,
+            user_id=self.buyer if to is None else to,
+        )
+        return int(issued["id"])
+
+    async def flash_sale(
+        self, sku_id: int, *, stock: int = 10, price: str = "9.90", limit: int = 1
+    ) -> int:
+        """A flash sale of the SKU open from now for an hour."""
+        view = await shop.create_flash_sale(
+            self.deps,
+            seller_id=self.seller,
+            sku_id=sku_id,
+            price=price,
+            stock=stock,
+            starts_at=self.clock.now(),
+            ends_at=self.clock.now() + timedelta(hours=1),
+            per_buyer_limit=limit,
+        )
+        return int(view["id"])
+
+    async def shop_order(
+        self,
+        lines: dict[int, int],
+        *,
+        coupon: int | None = None,
+        buyer: int | None = None,
+    ) -> dict[str, Any]:
+        """A shop order of ``buyer`` (the world's buyer): units per SKU, and a coupon."""
+        return await shop.place_shop_order(
+            self.deps,
+            buyer_id=self.buyer if buyer is None else buyer,
+            lines=[{"sku_id": k, "quantity": q} for k, q in lines.items()],
+            coupon_id=coupon,
         )
 
 

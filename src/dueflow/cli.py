@@ -144,7 +144,6 @@ def goods_add(
 def orders_place(
     goods_id: int | None = typer.Argument(None, help="The goods to hold (or --show and --seats)."),
     buyer: str = typer.Option(..., help="The buying user's name."),
-    order_type: str | None = typer.Option(None, "--type", help="Order type (default normal)."),
     show_id: int | None = typer.Option(None, "--show", help="The show whose seats to hold."),
     seats: str | None = typer.Option(None, help="With --show: seat labels, like A-1,A-2."),
 ) -> None:
@@ -152,17 +151,13 @@ def orders_place(
     if (goods_id is None) == (show_id is None) or (show_id is None) != (seats is None):
         raise typer.BadParameter("give a goods id, or --show with --seats")
     if show_id is not None and seats is not None:
-        if order_type is not None:
-            raise typer.BadParameter("the order type of seats is ticket", param_hint="--type")
         cli_shows.place_seats(show_id, seats, buyer)
         return
     goods: int = goods_id  # type: ignore[assignment]  # not None: checked above
 
     async def go(deps: Deps) -> dict[str, Any]:
         user = await accounts.get_user(deps, buyer)
-        order_id = await orders.place_order(
-            deps, buyer_id=user.id, goods_id=goods, order_type=order_type or "normal"
-        )
+        order_id = await orders.place_order(deps, buyer_id=user.id, goods_id=goods)
         return await orders.order_view(deps, order_id)
 
     view = _run(_with_deps(_settings(), go))

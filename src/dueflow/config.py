@@ -47,12 +47,22 @@ OptionalDuration = Annotated[
 ]
 
 DEFAULT_ORDER_TYPES: dict[str, dict[str, dict[str, str]]] = {
-    "prod": {"normal": {}, "flash": {"pay": "5m", "reminder": "2m"}, "ticket": {"pay": "15m"}},
-    "dev": {"normal": {}, "flash": {"pay": "20s", "reminder": "10s"}, "ticket": {"pay": "60s"}},
+    "prod": {
+        "normal": {},
+        "ticket": {"pay": "15m"},
+        "shop": {"pay": "15m"},
+        "flash": {"pay": "5m", "reminder": "2m"},
+    },
+    "dev": {
+        "normal": {},
+        "ticket": {"pay": "60s"},
+        "shop": {"pay": "60s"},
+        "flash": {"pay": "20s", "reminder": "10s"},
+    },
 }
-#: Order types the server picks by what is bought: always known, with their defaults unless
-#: ``order_types`` sets them.
-SERVER_ORDER_TYPES = ("ticket",)
+#: The order types, each picked by the server from what is bought (marketplace goods, seats,
+#: SKU lines, a flash sale): always known, with their defaults unless ``order_types`` sets them.
+SERVER_ORDER_TYPES = ("normal", "ticket", "shop", "flash")
 
 
 class Settings(BaseSettings):
@@ -189,13 +199,13 @@ class Settings(BaseSettings):
             if value is not None
         }
         base = base.override(overrides)
-        types = (
-            self.order_types if self.order_types is not None else DEFAULT_ORDER_TYPES[self.profile]
-        )
-        by_type = {name: base.override(changes) for name, changes in types.items()}
-        by_type.setdefault(deadlines.DEFAULT_ORDER_TYPE, base)
-        for name in SERVER_ORDER_TYPES:
-            by_type.setdefault(name, base.override(DEFAULT_ORDER_TYPES[self.profile][name]))
+        # Each type: the profile's defaults for it, then what ``order_types`` changes.
+        defaults = DEFAULT_ORDER_TYPES[self.profile]
+        given = self.order_types or {}
+        by_type = {
+            name: base.override(defaults.get(name, {})).override(given.get(name, {}))
+            for name in (*SERVER_ORDER_TYPES, *given)
+        }
         return deadlines.DeadlinePolicy(by_type=by_type)
 
 

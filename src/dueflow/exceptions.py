@@ -133,9 +133,35 @@ class SeatLimitExceeded(DomainError):
 
 
 class SalesClosed(DomainError):
-    """The show takes no orders: its sales closed, it started or it was cancelled."""
+    """The show takes no orders: its sales closed, it started or it was cancelled (or a flash
+    sale has not started or has ended)."""
 
     code = "sales_closed"
+
+
+class OutOfStock(GoodsUnavailable):
+    """Not enough units left: of a SKU, or of a flash sale."""
+
+    code = "out_of_stock"
+
+
+class PurchaseLimitExceeded(SeatLimitExceeded):
+    """The order would take the buyer past a flash sale's per-buyer limit."""
+
+    code = "purchase_limit_exceeded"
+
+
+class CouponUnusable(DomainError):
+    """The coupon cannot go with this order: expired, not yet valid, used, locked by another
+    order, or the order is below its minimum amount."""
+
+    code = "coupon_unusable"
+
+
+class IdempotencyKeyReused(Conflict):
+    """The Idempotency-Key was used by this buyer for a different request."""
+
+    code = "idempotency_key_reused"
 
 
 class PaymentMismatch(DomainError):

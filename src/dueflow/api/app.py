@@ -19,6 +19,7 @@ from dueflow.api import (
     notify,
     refunds,
     routes,
+    shop,
     shows,
 )
 from dueflow.service import readiness, report
@@ -41,6 +42,7 @@ def create_app(
     app.include_router(lists.router(deps))
     app.include_router(refunds.router(deps))
     app.include_router(shows.router(deps))
+    app.include_router(shop.router(deps))
     app.include_router(events.router(deps))
     app.include_router(notify.router(deps))
     app.include_router(

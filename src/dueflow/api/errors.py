@@ -46,6 +46,7 @@ STATUS: dict[type[errors.DueflowError], int] = {
     errors.GoodsUnavailable: 409,
     errors.SeatLimitExceeded: 409,
     errors.SalesClosed: 409,
+    errors.CouponUnusable: 409,
     errors.PaymentMismatch: 409,
     errors.TimerNotWaiting: 409,
     errors.BackendError: 503,

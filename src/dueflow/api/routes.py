@@ -7,22 +7,26 @@ through untouched), so money stays exact decimal text and datetimes keep their `
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.schemas import errors
-from dueflow.exceptions import NotAllowed, NotFound
-from dueflow.service import accounts, operations, orders, payments, tickets
+from dueflow.exceptions import Conflict, InvalidInput, NotAllowed, NotFound
+from dueflow.service import accounts, operations, orders, payments, replays, shop, tickets
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
+from dueflow.store import idempotency
 from dueflow.store import orders as order_store
 
 #: Ids are positive 64-bit integers; anything else is refused before it reaches the database.
@@ -46,28 +50,50 @@ class NewGoods(Body):
     )
 
 
+class NewLine(Body):
+    """Units of one SKU."""
+
+    sku_id: int = Field(ge=1, le=MAX_ID)
+    quantity: int = Field(ge=1, le=10_000)
+
+
 class NewOrder(Body):
-    """An order for goods (``goods_id``; ``order_type`` picks the deadlines, the default type if
-    omitted), or for seats of a show (``show_id`` and ``seats``; the server picks the type)."""
+    """What to order, one of: goods (``goods_id``); seats of a show (``show_id`` and
+    ``seats``); SKU lines (``lines``, optionally a ``coupon_id``); units of a flash sale
+    (``flash_sale_id``, ``quantity``). The server picks the order type from what is bought."""
 
     goods_id: int | None = Field(default=None, ge=1, le=MAX_ID)
-    order_type: out.SingleLine | None = Field(default=None, max_length=32)
     show_id: int | None = Field(default=None, ge=1, le=MAX_ID)
     seats: list[out.SingleLine] | None = Field(
         default=None, min_length=1, max_length=50, examples=[["A-12", "A-13"]]
     )
+    lines: list[NewLine] | None = Field(default=None, min_length=1, max_length=50)
+    coupon_id: int | None = Field(default=None, ge=1, le=MAX_ID)
+    flash_sale_id: int | None = Field(default=None, ge=1, le=MAX_ID)
+    quantity: int | None = Field(default=None, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _one_kind(self) -> NewOrder:
-        if (self.goods_id is None) == (self.show_id is None):
-            raise ValueError("give goods_id, or show_id with seats")
-        if self.show_id is not None and self.seats is None:
-            raise ValueError("seats: name the seats of the show to hold")
-        if self.goods_id is not None and self.seats is not None:
-            raise ValueError("seats go with a show_id, not with goods")
-        if self.show_id is not None and self.order_type is not None:
-            raise ValueError("order_type: the server picks it for seats (ticket)")
+        given = [
+            name
+            for name in ("goods_id", "show_id", "lines", "flash_sale_id")
+            if getattr(self, name) is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "give one of goods_id, show_id with seats, lines, or flash_sale_id with quantity"
+            )
+        if (self.show_id is None) != (self.seats is None):
+            raise ValueError("seats go with a show_id, and a show_id with seats")
+        if self.coupon_id is not None and self.lines is None:
+            raise ValueError("coupon_id goes with lines of SKUs")
+        if (self.flash_sale_id is None) != (self.quantity is None):
+            raise ValueError("quantity goes with a flash_sale_id, and a flash_sale_id with it")
         return self
+
+
+#: An Idempotency-Key: printable ASCII without spaces, as most clients make them (UUIDs).
+IDEMPOTENCY_KEY = re.compile(r"[!-~]{1,255}")
 
 
 class NewPayment(Body):
@@ -113,6 +139,43 @@ def jsonable(value: Any) -> Any:
 def answer(value: Any, status: int = 200) -> JSONResponse:
     """A JSON response of ``value`` through :func:`jsonable`."""
     return JSONResponse(jsonable(value), status_code=status)
+
+
+def _again(again: replays.Replay) -> Response:
+    """The first answer to an Idempotency-Key, given again."""
+    if again.body is not None:
+        return Response(again.body, status_code=again.status_code, media_type="application/json")
+    return answer(again.view, again.status_code)
+
+
+async def _place(
+    deps: Deps, user: User, body: NewOrder, key: idempotency.Key | None
+) -> dict[str, Any]:
+    """Place the order the body asks for; answers its view."""
+    if body.show_id is not None:
+        assert body.seats is not None  # checked by the body
+        return await tickets.place_ticket_order(
+            deps, buyer_id=user.id, show_id=body.show_id, labels=body.seats, key=key
+        )
+    if body.lines is not None:
+        return await shop.place_shop_order(
+            deps,
+            buyer_id=user.id,
+            lines=[line.model_dump() for line in body.lines],
+            coupon_id=body.coupon_id,
+            key=key,
+        )
+    if body.flash_sale_id is not None:
+        assert body.quantity is not None  # checked by the body
+        return await shop.place_flash_order(
+            deps,
+            buyer_id=user.id,
+            flash_sale_id=body.flash_sale_id,
+            quantity=body.quantity,
+            key=key,
+        )
+    assert body.goods_id is not None
+    return await orders.place_order_view(deps, buyer_id=user.id, goods_id=body.goods_id, key=key)
 
 
 def router(deps: Deps) -> APIRouter:
@@ -171,22 +234,36 @@ def _orders(deps: Deps) -> APIRouter:
     )
 
     @routes.post("", status_code=201, response_model=out.OrderView, responses=errors(400, 403, 409))
-    async def place_order(body: NewOrder, request: Request) -> JSONResponse:
-        """Hold the goods, or the seats of a show, for a new order awaiting payment (409 when
-        held, sold, past the buyer's seat limit, sales closed, or busy)."""
+    async def place_order(body: NewOrder, request: Request) -> Response:
+        """Hold what the order buys (goods, seats of a show, units of SKUs and a coupon, units
+        of a flash sale) for a new order awaiting payment: 409 when held, sold, out of stock,
+        past a per-buyer limit, sales closed, the coupon unusable, or busy. With an
+        ``Idempotency-Key`` header the same key from the same buyer within 24 h answers the
+        first order again; the key with another body is a 409."""
         user = auth.caller(request)
-        if body.show_id is not None:
-            assert body.seats is not None  # checked by the body
-            view = await tickets.place_ticket_order(
-                deps, buyer_id=user.id, show_id=body.show_id, labels=body.seats
-            )
-            return answer(view, 201)
-        assert body.goods_id is not None
-        options = {"order_type": body.order_type} if body.order_type is not None else {}
-        view = await orders.place_order_view(
-            deps, buyer_id=user.id, goods_id=body.goods_id, **options
-        )
-        return answer(view, 201)
+        header = request.headers.get("idempotency-key")
+        if header is None:
+            return answer(await _place(deps, user, body, None), 201)
+        if not IDEMPOTENCY_KEY.fullmatch(header):
+            raise InvalidInput("Idempotency-Key: 1-255 printable ASCII characters, no spaces")
+        digest = hashlib.sha256(
+            json.dumps(body.model_dump(), sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()
+        key = idempotency.Key(user.id, header, digest)
+        again = await replays.replay(deps, key)
+        if again is not None:
+            return _again(again)
+        try:
+            view = await _place(deps, user, body, key)
+        except Conflict:
+            # The same key raced this request and won: its order is the answer.
+            again = await replays.replay(deps, key)
+            if again is None:
+                raise
+            return _again(again)
+        text = json.dumps(jsonable(view))
+        await replays.record_answer(deps, key, 201, text)
+        return Response(text, status_code=201, media_type="application/json")
 
     @routes.get("/{order_id}", response_model=out.OrderView)
     async def get_order(order_id: Id, request: Request) -> JSONResponse:

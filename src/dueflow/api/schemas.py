@@ -201,13 +201,24 @@ class OrderListItem(View):
 
 
 class LineView(View):
-    """One thing the order holds (or held): goods, a seat."""
+    """One thing the order holds (or held): goods, a seat, units of a SKU or of a flash sale,
+    a coupon."""
 
-    kind: str = Field(description="goods | seat")
-    item_id: int = Field(description="the goods' or the seat's id")
-    label: str = Field(description="the goods' title or the seat's label")
+    kind: str = Field(description="goods | seat | sku | flash | coupon")
+    item_id: int = Field(description="the goods', seat's, SKU's, flash sale's or coupon's id")
+    label: str = Field(description="the goods' or SKU's title, the seat's label, ...")
     quantity: int
-    price: Money = Field(description="each")
+    price: Money = Field(description="each (a coupon: the amount it takes off)")
+
+
+class NoticeView(View):
+    """A message to the buyer about the order: a payment reminder or the order-closed notice."""
+
+    kind: str = Field(description="pay_reminder | order_closed")
+    state: str = Field(description="pending | sending | sent | unknown")
+    deliveries: int
+    created_at: datetime
+    sent_at: datetime | None
 
 
 class TicketView(View):
@@ -228,6 +239,7 @@ class OrderView(OrderListItem):
     refunds: list[RefundView]
     reviews: list[ReviewView]
     timers: list[TimerView]
+    notices: list[NoticeView]
     timeline: list[EventView]
 
 
@@ -414,3 +426,77 @@ class MeView(View):
     admin: bool
     orders_as_buyer: int
     orders_as_seller: int
+
+
+class Units(View):
+    """Units of a SKU or flash sale where they are: stock + held + sold = stocked."""
+
+    stock: int = Field(description="units on sale")
+    held: int = Field(description="held by unpaid orders")
+    sold: int = Field(description="sold with paid orders")
+    stocked: int = Field(description="every unit ever put in")
+
+
+class SkuView(Units):
+    """A SKU of a shop."""
+
+    id: int
+    seller_id: int
+    title: str
+    price: Money
+    created_at: datetime
+    updated_at: datetime
+
+
+class FlashSaleView(Units):
+    """A flash sale of a SKU: its own price and units, its window and per-buyer limit."""
+
+    id: int
+    sku_id: int
+    seller_id: int
+    price: Money
+    starts_at: datetime
+    ends_at: datetime
+    per_buyer_limit: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class CouponTemplateView(View):
+    """What a seller's coupons are worth, and how many were issued."""
+
+    id: int
+    seller_id: int
+    title: str
+    amount_off: Money
+    min_amount: Money
+    valid_from: datetime
+    valid_until: datetime
+    total: int
+    issued: int
+    created_at: datetime
+
+
+class CouponView(View):
+    """A coupon issued to a user, with its template's terms."""
+
+    id: int
+    template_id: int
+    user_id: int
+    seller_id: int
+    title: str
+    amount_off: Money
+    min_amount: Money
+    valid_from: datetime
+    valid_until: datetime
+    state: str = Field(description="available | locked | used | expired")
+    order_id: int | None = Field(description="the order it is locked to or was used by")
+    issued_at: datetime
+    used_at: datetime | None
+    updated_at: datetime
+
+
+class CouponList(View):
+    """The caller's coupons, newest first."""
+
+    coupons: list[CouponView]

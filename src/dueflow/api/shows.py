@@ -44,7 +44,8 @@ class NewShow(routes.Body):
     seats: list[NewSeat] = Field(min_length=1, max_length=seating.MAX_SEATS)
 
 
-def _time(value: str, what: str) -> datetime:
+def parse_time(value: str, what: str) -> datetime:
+    """An ISO 8601 time with its offset."""
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
@@ -80,8 +81,8 @@ def router(deps: Deps) -> APIRouter:
             organizer_id=user.id,
             title=body.title,
             venue=body.venue,
-            starts_at=_time(body.starts_at, "starts_at"),
-            sales_close_at=_time(body.sales_close_at, "sales_close_at"),
+            starts_at=parse_time(body.starts_at, "starts_at"),
+            sales_close_at=parse_time(body.sales_close_at, "sales_close_at"),
             seat_limit=body.seat_limit,
             seats=specs,
         )

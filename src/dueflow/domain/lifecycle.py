@@ -1,7 +1,8 @@
 """Order statuses and one transition table per flow, as data.
 
 A flow is the life of one kind of order, chosen by what it holds: ``marketplace`` (one
-second-hand goods item), ``tickets`` (seats of a show). In each flow every (status, event) pair
+second-hand goods item), ``tickets`` (seats of a show), ``shop`` (units of SKUs, a coupon, a
+flash sale). In each flow every (status, event) pair
 either moves to exactly one next status or raises
 :class:`~dueflow.exceptions.InvalidTransition` naming the current status. The store turns each
 move into one conditional UPDATE (``WHERE status = :expected``); nothing assigns a status directly.
@@ -150,7 +151,28 @@ TICKETS = Lifecycle(
     stages={S.PENDING_PAYMENT: Stage("pay_deadline", "pay", TimerKind.CANCEL_UNPAID)},
 )
 
-LIFECYCLES: Mapping[str, Lifecycle] = {flow.name: flow for flow in (MARKETPLACE, TICKETS)}
+#: Units of SKUs (and a coupon), or of a flash sale: shipped and received as in the marketplace,
+#: completed at receipt (no reviews).
+SHOP = Lifecycle(
+    name="shop",
+    moves={
+        (S.PENDING_PAYMENT, E.PAY): S.PENDING_SHIPMENT,
+        (S.PENDING_PAYMENT, E.BUYER_CANCEL): S.CANCELLED_UNPAID,
+        (S.PENDING_PAYMENT, E.PAY_TIMEOUT): S.CANCELLED_UNPAID,
+        (S.PENDING_SHIPMENT, E.SHIP): S.SHIPPED,
+        (S.PENDING_SHIPMENT, E.SHIP_TIMEOUT): S.CANCELLED_UNSHIPPED,
+        (S.PENDING_SHIPMENT, E.SELLER_CANCEL): S.CANCELLED_UNSHIPPED,
+        (S.SHIPPED, E.CONFIRM_RECEIPT): S.COMPLETED,
+        (S.SHIPPED, E.RECEIVE_TIMEOUT): S.COMPLETED,
+    },
+    stages={
+        S.PENDING_PAYMENT: Stage("pay_deadline", "pay", TimerKind.CANCEL_UNPAID),
+        S.PENDING_SHIPMENT: Stage("ship_deadline", "ship", TimerKind.CANCEL_UNSHIPPED),
+        S.SHIPPED: Stage("receive_deadline", "receive", TimerKind.CONFIRM_RECEIPT),
+    },
+)
+
+LIFECYCLES: Mapping[str, Lifecycle] = {flow.name: flow for flow in (MARKETPLACE, TICKETS, SHOP)}
 
 
 def lifecycle(name: str) -> Lifecycle:

@@ -19,6 +19,8 @@ class TimerKind(StrEnum):
     CLOSE_ATTEMPTS = "close_attempts"
     #: The organizer cancelled the order's show: cancel the order (refund it if paid).
     SHOW_CANCEL = "show_cancel"
+    #: Tell the buyer their order was closed (every cancel writes one; sent once).
+    ORDER_CLOSED = "order_closed"
 
 
 class TimerState(StrEnum):

@@ -10,7 +10,8 @@ from decimal import Decimal
 
 @dataclass(frozen=True)
 class Reminder:
-    """A reminder to deliver. ``reminder_id`` is unique and the same on every retry: receivers
+    """A message to a buyer: a payment reminder (``pay_reminder``) or an order-closed notice
+    (``order_closed``, with its ``reason``). ``reminder_id`` is unique and the same on every retry: receivers
     use it to drop a repeat after a crash between sending and recording."""
 
     reminder_id: int
@@ -19,6 +20,8 @@ class Reminder:
     buyer_id: int
     amount: Decimal
     pay_deadline: datetime
+    #: ``order_closed``: why the order was closed (its cancel event, such as ``pay_timeout``).
+    reason: str | None = None
 
 
 class Notifier(ABC):

@@ -17,6 +17,16 @@ class LogNotifier(Notifier):
 
     async def send(self, reminder: Reminder) -> None:
         self.sent += 1
+        if reminder.reason is not None:
+            log.info(
+                "notice %s: order %s of buyer %s closed (%s)",
+                reminder.kind,
+                reminder.order_id,
+                reminder.buyer_id,
+                reminder.reason,
+                extra={"order_id": reminder.order_id, "reminder_id": reminder.reminder_id},
+            )
+            return
         log.info(
             "reminder %s: order %s, buyer %s, pay %s before %s",
             reminder.kind,

@@ -47,6 +47,7 @@ def payload(reminder: Reminder) -> bytes:
             "buyer_id": reminder.buyer_id,
             "amount": str(reminder.amount),
             "pay_deadline": reminder.pay_deadline.isoformat(),
+            **({"reason": reminder.reason} if reminder.reason is not None else {}),
         },
         separators=(",", ":"),
     ).encode()

@@ -7,7 +7,8 @@ everything the move implies: holds, timers, refunds, timeline. It returns the or
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,9 +16,11 @@ from sqlalchemy import Column, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import LIFECYCLES, OrderEvent, OrderStatus
+from dueflow.domain.lifecycle import lifecycle as flow_named
 from dueflow.domain.timers import TimerKind
 from dueflow.service.deps import Deps
 from dueflow.store import aftersale, events, holds, orders, payments, timers
+from dueflow.store.db import after_commit
 from dueflow.store.schema import orders as t_orders
 
 S = OrderStatus
@@ -50,9 +53,10 @@ async def cancel_unpaid(
     await record_moves(conn, moved, S.PENDING_PAYMENT, event, actor=actor, now=now)
     for hold, held_ids in deps.holds.for_flows(moved):
         await hold.release(conn, held_ids, now)
-    await _released(conn, moved, "back on sale", actor=actor, now=now)
+    await _released(conn, moved, RELEASED, actor=actor, now=now)
     await payments.close_open(conn, ids, now)
     await timers.cancel_for_orders(conn, ids, now)
+    await _tell_buyers(conn, deps, ids, now)
     return moved
 
 
@@ -87,11 +91,40 @@ async def cancel_paid(
     paid = await payments.for_orders(conn, ids, state=payments.PAID)
     await payments.create_refunds(conn, paid, reason=event.value, now=now, actor=actor)
     await timers.cancel_for_orders(conn, ids, now)
+    await _tell_buyers(conn, deps, ids, now)
     return moved
 
 
-#: Where a forfeited hold went, per kind (the detail of the ``released`` event).
-FORFEITED = {"goods": "taken off sale", "seat": "let go, tickets void"}
+#: Where a released hold went, per kind (the detail of the ``released`` event).
+RELEASED = {
+    "goods": "back on sale",
+    "seat": "back on sale",
+    "sku": "back in stock",
+    "flash": "back in the flash sale",
+    "coupon": "back to the buyer",
+}
+#: Where a forfeited hold went, per kind.
+FORFEITED = {
+    "goods": "taken off sale",
+    "seat": "let go, tickets void",
+    "sku": "kept out of stock (an operator decides)",
+    "flash": "kept sold",
+    "coupon": "kept used",
+}
+
+
+async def _tell_buyers(
+    conn: AsyncConnection, deps: Deps, order_ids: Sequence[int], now: datetime
+) -> None:
+    """The outbox of the cancel: an ``order_closed`` notice timer per cancelled order, in the
+    cancel's transaction, handed to the trigger after the commit (the notice is sent by the
+    worker, so a failing notifier never holds up or rolls back a cancel)."""
+    if not order_ids:
+        return
+    armed = await timers.schedule(
+        conn, [timers.NewTimer(oid, TimerKind.ORDER_CLOSED, now) for oid in order_ids], now
+    )
+    after_commit(conn, lambda: deps.arm(armed))
 
 
 def stage_deadline(status: OrderStatus) -> Column[Any]:
@@ -121,20 +154,23 @@ async def record_moves(
 async def _released(
     conn: AsyncConnection,
     moved: Sequence[Row[Any]],
-    how: str | dict[str, str],
+    where: Mapping[str, str],
     *,
     actor: str,
     now: datetime,
 ) -> None:
-    """The ``released`` event of each cancelled order: what it held, and where that went."""
+    """The ``released`` event of each cancelled order: what it held, and where each kind
+    went."""
     if not moved:
         return
     lines = await holds.lines_of(conn, [r.id for r in moved])
     entries = []
     for r in moved:
-        kinds = {line.kind for line in lines[r.id]}
-        where = how if isinstance(how, str) else "; ".join(how[k] for k in sorted(kinds))
-        entries.append((r.id, f"{holds.describe(lines[r.id])} {where}"))
+        by_kind: dict[str, list[Row[Any]]] = defaultdict(list)
+        for line in lines[r.id]:
+            by_kind[line.kind].append(line)
+        parts = [f"{holds.describe(group)} {where[kind]}" for kind, group in by_kind.items()]
+        entries.append((r.id, "; ".join(parts) or "nothing held"))
     await events.record_each(conn, entries, event="released", actor=actor, now=now)
 
 
@@ -148,40 +184,41 @@ async def receive(
     actor: str,
     due_only: bool,
 ) -> tuple[list[Row[Any]], list[timers.Armed]]:
-    """shipped -> received; the review deadline and its auto_review timer."""
+    """shipped -> where each flow goes at receipt: received (the review deadline and its
+    auto_review timer) or completed."""
+
+    def values(flow_name: str, order_type: str) -> dict[str, Any]:
+        to = flow_named(flow_name).moves[(S.SHIPPED, event)]
+        stage = flow_named(flow_name).stages.get(to)
+        changes: dict[str, Any] = {"received_at": now}
+        if stage is not None:
+            duration = getattr(deps.policy.durations(order_type), stage.duration)
+            changes[stage.deadline] = now + duration
+        if to is S.COMPLETED:
+            changes["completed_at"] = now
+        return changes
+
     moved = await orders.move(
         conn,
         order_ids,
         expected=S.SHIPPED,
         event=event,
         now=now,
-        values=lambda order_type: {
-            "received_at": now,
-            "review_deadline": deps.policy.review_deadline(order_type, now),
-        },
+        values=values,
         due=t_orders.c.receive_deadline if due_only else None,
     )
     ids = [r.id for r in moved]
     await timers.cancel_for_orders(conn, ids, now)
-    armed = await timers.schedule(
-        conn,
-        [
-            timers.NewTimer(
-                r.id, TimerKind.AUTO_REVIEW, deps.policy.review_deadline(r.order_type, now)
+    new = []
+    for r in moved:
+        to = flow_named(r.flow).moves[(S.SHIPPED, event)]
+        stage = flow_named(r.flow).stages.get(to)
+        if stage is not None:
+            new.append(
+                timers.NewTimer(r.id, stage.timer, values(r.flow, r.order_type)[stage.deadline])
             )
-            for r in moved
-        ],
-        now,
-    )
-    await orders.record_events(
-        conn,
-        ids,
-        event=event.value,
-        actor=actor,
-        now=now,
-        from_status=S.SHIPPED,
-        to_status=S.RECEIVED,
-    )
+    armed = await timers.schedule(conn, new, now)
+    await record_moves(conn, moved, S.SHIPPED, event, actor=actor, now=now)
     return moved, armed
 
 

@@ -28,7 +28,17 @@ from dueflow.payments.base import CloseResult
 from dueflow.service import lifecycle
 from dueflow.service import payments as payment_service
 from dueflow.service.deps import Deps
-from dueflow.store import aftersale, goods, holds, orders, payments, shows, timers, users
+from dueflow.store import (
+    aftersale,
+    goods,
+    holds,
+    idempotency,
+    orders,
+    payments,
+    shows,
+    timers,
+    users,
+)
 from dueflow.store.goods import ON_SALE
 
 log = logging.getLogger(__name__)
@@ -37,22 +47,22 @@ E = OrderEvent
 
 
 async def place_order(
-    deps: Deps, *, buyer_id: int, goods_id: int, order_type: str = DEFAULT_ORDER_TYPE
+    deps: Deps, *, buyer_id: int, goods_id: int, key: idempotency.Key | None = None
 ) -> int:
-    """Hold the goods for a new order awaiting payment; returns the order id.
+    """Hold the goods for a new ``normal`` order awaiting payment; returns the order id. The
+    server picks the order type (the buyer never does: it sets the buyer's own deadlines).
 
     Raises:
-        InvalidInput: unknown order type.
         NotFound: no such goods or buyer.
         NotAllowed: the buyer sells these goods.
         GoodsUnavailable: another order holds them, or they are sold or off sale.
         Busy: the database is locked by others right now; try again.
     """
-    return int((await _placed(deps, buyer_id, goods_id, order_type, view=False))["id"])
+    return int((await _placed(deps, buyer_id, goods_id, key, view=False))["id"])
 
 
 async def place_order_view(
-    deps: Deps, *, buyer_id: int, goods_id: int, order_type: str = DEFAULT_ORDER_TYPE
+    deps: Deps, *, buyer_id: int, goods_id: int, key: idempotency.Key | None = None
 ) -> dict[str, Any]:
     """:func:`place_order`, answering the new order's view (as :func:`order_view` shows it)
     read inside the placing transaction: a new order has no payments, refunds or reviews yet,
@@ -61,23 +71,23 @@ async def place_order_view(
     Raises:
         As :func:`place_order`.
     """
-    return await _placed(deps, buyer_id, goods_id, order_type, view=True)
+    return await _placed(deps, buyer_id, goods_id, key, view=True)
 
 
 async def _placed(
-    deps: Deps, buyer_id: int, goods_id: int, order_type: str, *, view: bool
+    deps: Deps, buyer_id: int, goods_id: int, key: idempotency.Key | None, *, view: bool
 ) -> dict[str, Any]:
-    deps.policy.durations(order_type)
     async with locks.held(deps.locks, f"goods:{goods_id}", deps.lock_ttl):
-        placed, armed = await _place(deps, buyer_id, goods_id, order_type, view=view)
+        placed, armed = await _place(deps, buyer_id, goods_id, key, view=view)
     await deps.arm(armed)
     return placed
 
 
 async def _place(
-    deps: Deps, buyer_id: int, goods_id: int, order_type: str, *, view: bool
+    deps: Deps, buyer_id: int, goods_id: int, key: idempotency.Key | None, *, view: bool
 ) -> tuple[dict[str, Any], list[timers.Armed]]:
     policy = deps.policy
+    order_type = DEFAULT_ORDER_TYPE
     now = deps.clock.now()
     async with deps.db.write() as conn:
         item = await goods.get(conn, goods_id)
@@ -102,6 +112,7 @@ async def _place(
             updated_at=now,
             pay_deadline=policy.pay_deadline(order_type, now),
         )
+        await idempotency.tie(conn, key, order_id, now)
         line = holds.Line(kind="goods", item_id=goods_id, label=item.title, price=item.price)
         await holds.insert_lines(conn, order_id, [line])
         await deps.holds.of(line.kind).hold(conn, holds.Holder(order_id, buyer_id), [line], now)
@@ -245,7 +256,7 @@ async def ship(deps: Deps, *, order_id: int, user_id: int, carrier: str, trackin
             expected=S.PENDING_SHIPMENT,
             event=E.SHIP,
             now=now,
-            values=lambda order_type: {
+            values=lambda _flow, order_type: {
                 "shipped_at": now,
                 "carrier": carrier,
                 "tracking_no": tracking_no,
@@ -443,5 +454,8 @@ async def view_in(conn: AsyncConnection, order_id: int, *, new: bool = False) ->
         ]
         view["reviews"] = [dict(r._mapping) for r in await aftersale.for_order(conn, order_id)]
     view["timers"] = [dict(r._mapping) for r in await timers.for_order(conn, order_id)]
+    view["notices"] = (
+        [] if new else [dict(r._mapping) for r in await aftersale.reminders_for(conn, order_id)]
+    )
     view["timeline"] = [dict(r._mapping) for r in await orders.timeline(conn, order_id)]
     return view

@@ -1,6 +1,9 @@
-"""Payment reminders: claim each order's reminder row, then send it through the notifier.
+"""Messages to buyers: payment reminders and order-closed notices. Each is a reminder row per
+(order, kind), claimed, then sent through the notifier.
 
-A reminder goes out once. Its row is claimed with a lease for the whole batch, and right before
+A payment reminder goes out while its order awaits payment before the deadline; an
+``order_closed`` notice (written by every cancel as a timer in the cancel's transaction) once
+its order is cancelled, with the reason. Each goes out once. Its row is claimed with a lease for the whole batch, and right before
 each send one statement checks the claim is still this handler's, the order still awaits
 payment before its deadline, and sends are left; the same statement counts the delivery and
 extends the lease to cover the send. So a batch that sends for longer than the lease loses only
@@ -17,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Column, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.domain.lifecycle import OrderStatus
+from dueflow.domain.lifecycle import CANCELLED_STATUSES, OrderStatus
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import DeliveryUnknown
 from dueflow.notifiers.base import Reminder
@@ -33,15 +37,30 @@ from dueflow.store.schema import orders as t_orders
 from dueflow.store.timers import Claimed
 
 S = OrderStatus
-KIND = TimerKind.PAY_REMINDER.value
 ELSEWHERE = "being sent by another worker"
 
 
-def _waits(order: Row[Any] | None, now: datetime) -> bool:
-    """The order still awaits payment before its deadline: a reminder makes sense."""
-    return (
-        order is not None and order.status == S.PENDING_PAYMENT.value and order.pay_deadline > now
-    )
+@dataclass(frozen=True)
+class Message:
+    """One kind of message: its reminder kind, and the order statuses (and deadline ahead, if
+    any) in which it may still go out."""
+
+    kind: str
+    statuses: tuple[str, ...]
+    deadline: Column[Any] | None
+
+    def waits(self, order: Row[Any] | None, now: datetime) -> bool:
+        """The order is one this message still makes sense for."""
+        if order is None or order.status not in self.statuses:
+            return False
+        return self.deadline is None or getattr(order, self.deadline.name) > now
+
+
+PAY = Message(TimerKind.PAY_REMINDER.value, (S.PENDING_PAYMENT.value,), t_orders.c.pay_deadline)
+CLOSED = Message(
+    TimerKind.ORDER_CLOSED.value, tuple(sorted(s.value for s in CANCELLED_STATUSES)), None
+)
+KIND = PAY.kind
 
 
 def _why_not(order: Row[Any] | None) -> str:
@@ -50,22 +69,33 @@ def _why_not(order: Row[Any] | None) -> str:
 
 
 async def pay_reminder(deps: Deps, batch: Sequence[Claimed]) -> None:
-    """Remind buyers of unpaid orders, once per order: a reminder row is claimed by one handler
-    with a lease before it is sent, and recorded sent as soon as the send returns."""
+    """Remind buyers of unpaid orders, once per order."""
+    await _remind(deps, batch, PAY)
+
+
+async def order_closed(deps: Deps, batch: Sequence[Claimed]) -> None:
+    """Tell buyers their order was closed, and why, once per order."""
+    await _remind(deps, batch, CLOSED)
+
+
+async def _remind(deps: Deps, batch: Sequence[Claimed], message: Message) -> None:
+    """A reminder row is claimed by one handler with a lease before it is sent, and recorded
+    sent as soon as the send returns."""
     now = deps.clock.now()
     token = timers.new_token()
+    kind = message.kind
     async with deps.db.write() as conn:
         current = {r.id: r for r in await orders.many(conn, [t.order_id for t in batch])}
-        live = [oid for oid, r in current.items() if _waits(r, now)]
+        live = [oid for oid, r in current.items() if message.waits(r, now)]
         moved_on = [t.order_id for t in batch if t.order_id not in live]
-        await aftersale.give_up_reminders(conn, moved_on, kind=KIND, now=now)
+        await aftersale.give_up_reminders(conn, moved_on, kind=kind, now=now)
         mine = {
             r.order_id: r
             for r in await aftersale.claim_reminders(
-                conn, live, kind=KIND, now=now, lease=deps.lease, token=token
+                conn, live, kind=kind, now=now, lease=deps.lease, token=token
             )
         }
-        states = await aftersale.reminder_states(conn, live, kind=KIND)
+        states = await aftersale.reminder_states(conn, live, kind=kind)
         finished: dict[int, str] = {}
         elsewhere: list[Claimed] = []
         for timer in batch:
@@ -83,7 +113,7 @@ async def pay_reminder(deps: Deps, batch: Sequence[Claimed]) -> None:
         await timers.finish_by_token(conn, batch, finished, now)
         if elsewhere:
             await timers.retry(conn, elsewhere, error=ELSEWHERE, now=now)
-    await _send_all(deps, [t for t in batch if t.order_id in mine], mine, current, token)
+    await _send_all(deps, [t for t in batch if t.order_id in mine], mine, current, token, message)
 
 
 async def _send_all(
@@ -92,18 +122,20 @@ async def _send_all(
     mine: Mapping[int, Row[Any]],
     current: Mapping[int, Row[Any]],
     token: str,
+    message: Message,
 ) -> None:
     limit = asyncio.Semaphore(deps.provider_concurrency)
 
     async def one(timer: Claimed) -> None:
         async with limit:
-            await _deliver(deps, timer, mine[timer.order_id], current[timer.order_id], token)
+            order = current[timer.order_id]
+            await _deliver(deps, timer, mine[timer.order_id], order, token, message)
 
     await asyncio.gather(*(one(timer) for timer in batch))
 
 
 async def _deliver(
-    deps: Deps, timer: Claimed, reminder: Row[Any], order: Row[Any], token: str
+    deps: Deps, timer: Claimed, reminder: Row[Any], order: Row[Any], token: str, message: Message
 ) -> None:
     """Send one claimed reminder if it may still go out, and record what came of it (2 write
     transactions: the check that counts the delivery, then the outcome)."""
@@ -116,11 +148,11 @@ async def _deliver(
             now=now,
             lease=deps.lease,
             max_deliveries=deps.notifier.max_deliveries,
-            order_status=S.PENDING_PAYMENT.value,
-            deadline=t_orders.c.pay_deadline,
+            order_statuses=message.statuses,
+            deadline=message.deadline,
         )
         if not go:
-            await _not_sent(conn, timer, reminder.id, token, now)
+            await _not_sent(conn, timer, reminder.id, token, now, message)
             return
     error = unknown = None
     try:
@@ -151,6 +183,7 @@ def _message(reminder: Row[Any], order: Row[Any]) -> Reminder:
         buyer_id=order.buyer_id,
         amount=order.amount,
         pay_deadline=order.pay_deadline,
+        reason=order.cancel_reason if reminder.kind == CLOSED.kind else None,
     )
 
 
@@ -175,7 +208,12 @@ async def _record_unknown(
 
 
 async def _not_sent(
-    conn: AsyncConnection, timer: Claimed, reminder_id: int, token: str, now: datetime
+    conn: AsyncConnection,
+    timer: Claimed,
+    reminder_id: int,
+    token: str,
+    now: datetime,
+    message: Message,
 ) -> None:
     """The check before a send refused it: say why on the reminder and its timer."""
     row = await aftersale.reminder(conn, reminder_id)
@@ -185,7 +223,7 @@ async def _not_sent(
         return
     found = await orders.many(conn, [row.order_id])
     order = found[0] if found else None
-    if _waits(order, now):
+    if message.waits(order, now):
         outcome = f"gave up: outcome unknown after {row.deliveries} deliveries"
     else:
         outcome = _why_not(order)

@@ -31,7 +31,7 @@ from dueflow.exceptions import (
 )
 from dueflow.service import orders as order_service
 from dueflow.service.deps import Deps
-from dueflow.store import holds, orders, shows, timers, users
+from dueflow.store import holds, idempotency, orders, shows, timers, users
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import users as t_users
 
@@ -178,7 +178,13 @@ async def show_orders(deps: Deps, show_id: int, limit: int = 500) -> list[dict[s
 
 
 async def place_ticket_order(
-    deps: Deps, *, buyer_id: int, show_id: int, labels: Sequence[str], view: bool = True
+    deps: Deps,
+    *,
+    buyer_id: int,
+    show_id: int,
+    labels: Sequence[str],
+    view: bool = True,
+    key: idempotency.Key | None = None,
 ) -> dict[str, Any]:
     """Hold every seat named for a new ``ticket`` order, or none; answers the new order's view
     (only its id without ``view``).
@@ -201,13 +207,19 @@ async def place_ticket_order(
         # The cache is sure enough to refuse (a wrong "taken" is repaired by the reconciler
         # within its interval); it never says yes: the database decides every hold.
         raise SeatUnavailable(f"seats taken: {', '.join(sorted(taken))}")
-    placed, armed = await _place(deps, buyer_id, show_id, wanted, view=view)
+    placed, armed = await _place(deps, buyer_id, show_id, wanted, key, view=view)
     await deps.arm(armed)
     return placed
 
 
 async def _place(
-    deps: Deps, buyer_id: int, show_id: int, wanted: list[str], *, view: bool
+    deps: Deps,
+    buyer_id: int,
+    show_id: int,
+    wanted: list[str],
+    key: idempotency.Key | None,
+    *,
+    view: bool,
 ) -> tuple[dict[str, Any], list[timers.Armed]]:
     now = deps.clock.now()
     async with deps.db.write() as conn:
@@ -256,6 +268,7 @@ async def _place(
             updated_at=now,
             pay_deadline=pay_deadline,
         )
+        await idempotency.tie(conn, key, order_id, now)
         await holds.insert_lines(conn, order_id, lines)
         holder = holds.Holder(order_id, buyer_id, show_id)
         await deps.holds.of("seat").hold(conn, holder, lines, now)

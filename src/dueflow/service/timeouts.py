@@ -274,4 +274,5 @@ HANDLERS: Mapping[TimerKind, Handler] = {
     TimerKind.REFUND_CHECK: refunds.check_refunds,
     TimerKind.CLOSE_ATTEMPTS: closing.close_leftover_attempts,
     TimerKind.SHOW_CANCEL: cancel_for_show,
+    TimerKind.ORDER_CLOSED: reminders.order_closed,
 }

@@ -77,18 +77,17 @@ async def renew_reminder(
     now: datetime,
     lease: timedelta,
     max_deliveries: int,
-    order_status: str,
-    deadline: Column[Any],
+    order_statuses: Sequence[str],
+    deadline: Column[Any] | None,
 ) -> bool:
     """Right before a send: count the delivery and extend the claim's lease, if the reminder may
     still go out. That is: the claim is still ours (nobody took it after our lease ran out), it
-    has sends left, and its order is still ``order_status`` with ``deadline`` ahead. One
-    statement; returns whether to send."""
-    order_waits = (
-        select(orders.c.id)
-        .where(orders.c.id == reminders.c.order_id, orders.c.status == order_status, deadline > now)
-        .exists()
-    )
+    has sends left, and its order is still in one of ``order_statuses`` (with ``deadline``
+    ahead, if given). One statement; returns whether to send."""
+    guard = [orders.c.id == reminders.c.order_id, orders.c.status.in_(order_statuses)]
+    if deadline is not None:
+        guard.append(deadline > now)
+    order_waits = select(orders.c.id).where(*guard).exists()
     result = await conn.execute(
         update(reminders)
         .where(
@@ -208,3 +207,20 @@ async def for_order(conn: AsyncConnection, order_id: int) -> list[Row[Any]]:
     """The order's reviews."""
     query = select(reviews).where(reviews.c.order_id == order_id).order_by(reviews.c.id)
     return list((await conn.execute(query)).all())
+
+
+async def reminders_for(conn: AsyncConnection, order_id: int) -> list[Row[Any]]:
+    """The order's reminders and notices (kind, state, deliveries, created_at, sent_at)."""
+    query = (
+        select(
+            reminders.c.kind,
+            reminders.c.state,
+            reminders.c.deliveries,
+            reminders.c.created_at,
+            reminders.c.sent_at,
+        )
+        .where(reminders.c.order_id == order_id)
+        .order_by(reminders.c.id)
+    )
+    rows: list[Any] = list((await conn.execute(query)).all())
+    return rows

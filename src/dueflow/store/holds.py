@@ -1,4 +1,5 @@
-"""What an order holds, behind one small interface per kind of thing held.
+"""What an order holds, behind one small interface per kind of thing held: goods, seats, SKU
+units, flash-sale units, coupons.
 
 An order's lines say what it holds (``order_lines``); each kind is held and let go by its own
 :class:`Hold`, and every flow names the kinds its orders hold (:func:`for_flows`). Every cancel
@@ -19,11 +20,11 @@ from typing import Any
 from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.exceptions import GoodsUnavailable
+from dueflow.exceptions import CouponUnusable, GoodsUnavailable, OutOfStock, PurchaseLimitExceeded
 from dueflow.seatcache import NoSeatCache, SeatCache
-from dueflow.store import goods, shows
+from dueflow.store import goods, shop, shows
 from dueflow.store.db import after_commit
-from dueflow.store.schema import order_lines
+from dueflow.store.schema import flash_sales, order_lines, skus
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,108 @@ class _SeatRow:
     label: str
 
 
-#: The kinds each flow's orders hold.
-FLOW_KINDS: Mapping[str, tuple[str, ...]] = {"marketplace": ("goods",), "tickets": ("seat",)}
+class SkuHold(Hold):
+    """Units of SKUs: taken from stock, back to stock on a cancel before payment, sold on
+    payment. A paid order cancelled keeps them out of stock (the seller failed to ship; an
+    operator decides what comes back)."""
+
+    kind = "sku"
+    table = skus
+
+    async def hold(
+        self, conn: AsyncConnection, holder: Holder, lines: Sequence[Line], now: datetime
+    ) -> None:
+        for line in sorted(lines, key=lambda line: line.item_id):
+            if not await shop.take(conn, self.table, line.item_id, line.quantity, now):
+                row = await shop.get(conn, self.table, line.item_id)
+                left = row.stock if row is not None else 0
+                raise OutOfStock(self._short(line, left))
+
+    def _short(self, line: Line, left: int) -> str:
+        return f"sku {line.item_id} ({line.label}): {left} left, {line.quantity} asked"
+
+    async def release(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+        rows = await shop.units_of(conn, order_ids, self.kind)
+        return await shop.give_back(conn, self.table, shop.per_item(rows), now)
+
+    async def settle(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+        rows = await shop.units_of(conn, order_ids, self.kind)
+        return await shop.sell(conn, self.table, shop.per_item(rows), now)
+
+    async def forfeit(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+        return 0
+
+
+class FlashHold(SkuHold):
+    """Units of a flash sale's own stock (the order also holds the SKU's units), counted
+    against the buyer's limit for the sale."""
+
+    kind = "flash"
+    table = flash_sales
+
+    def _short(self, line: Line, left: int) -> str:
+        return f"flash sale {line.item_id} ({line.label}): {left} left, {line.quantity} asked"
+
+    async def hold(
+        self, conn: AsyncConnection, holder: Holder, lines: Sequence[Line], now: datetime
+    ) -> None:
+        await super().hold(conn, holder, lines, now)
+        for line in sorted(lines, key=lambda line: line.item_id):
+            sale = await shop.get(conn, flash_sales, line.item_id)
+            assert sale is not None  # just taken
+            counted = await shop.count_buyer(
+                conn,
+                flash_sale_id=line.item_id,
+                buyer_id=holder.buyer_id,
+                quantity=line.quantity,
+                limit=sale.per_buyer_limit,
+            )
+            if counted is not None:
+                raise PurchaseLimitExceeded(
+                    f"flash sale {line.item_id} allows {sale.per_buyer_limit} a buyer; you hold"
+                    f" or bought {counted} and asked for {line.quantity} more"
+                )
+
+    async def release(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+        rows = await shop.units_of(conn, order_ids, self.kind)
+        units = await shop.give_back(conn, self.table, shop.per_item(rows), now)
+        await shop.uncount_buyers(conn, rows)
+        return units
+
+
+class CouponHold(Hold):
+    """The buyer's coupon: locked to the order, used on payment, given back by a cancel before
+    payment (expired if its validity ended meanwhile); a paid order cancelled keeps it used
+    (the refund is what was paid)."""
+
+    kind = "coupon"
+
+    async def hold(
+        self, conn: AsyncConnection, holder: Holder, lines: Sequence[Line], now: datetime
+    ) -> None:
+        for line in lines:
+            if not await shop.lock_coupon(
+                conn, line.item_id, buyer_id=holder.buyer_id, order_id=holder.order_id, now=now
+            ):
+                raise CouponUnusable(f"coupon {line.item_id} was just taken by another order")
+
+    async def release(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+        return await shop.return_coupons(conn, order_ids, now)
+
+    async def settle(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+        return await shop.use_coupons(conn, order_ids, now)
+
+    async def forfeit(self, conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+        return 0
+
+
+#: The kinds each flow's orders hold, in the order they are taken and let go (SKUs before
+#: flash sales before coupons: every transaction locks rows in this order).
+FLOW_KINDS: Mapping[str, tuple[str, ...]] = {
+    "marketplace": ("goods",),
+    "tickets": ("seat",),
+    "shop": ("sku", "flash", "coupon"),
+}
 
 
 @dataclass(frozen=True)
@@ -157,7 +258,13 @@ class Holds:
     @classmethod
     def build(cls, *, seat_cache: SeatCache | None = None) -> Holds:
         """One Hold per kind (the seat cache, if any, goes to the seats')."""
-        kinds: list[Hold] = [GoodsHold(), SeatHold(seat_cache)]
+        kinds: list[Hold] = [
+            GoodsHold(),
+            SeatHold(seat_cache),
+            SkuHold(),
+            FlashHold(),
+            CouponHold(),
+        ]
         return cls({h.kind: h for h in kinds})
 
     def of(self, kind: str) -> Hold:
@@ -207,12 +314,17 @@ async def lines_of(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int,
 
 def describe(lines: Sequence[Row[Any]]) -> str:
     """What lines hold, in words (the detail of a ``released`` event): ``goods 7``,
-    ``seats A-1, A-2``."""
+    ``seats A-1, A-2``, ``sku 3 x2, 5 x1; coupon 9``."""
     by_kind: dict[str, list[str]] = defaultdict(list)
     for line in lines:
-        by_kind[line.kind].append(str(line.item_id) if line.kind == "goods" else line.label)
+        if line.kind == "seat":
+            by_kind[line.kind].append(line.label)
+        elif line.kind in ("sku", "flash"):
+            by_kind[line.kind].append(f"{line.item_id} x{line.quantity}")
+        else:
+            by_kind[line.kind].append(str(line.item_id))
     parts = []
     for kind, items in by_kind.items():
-        noun = kind if len(items) == 1 or kind == "goods" else f"{kind}s"
+        noun = kind if len(items) == 1 or kind in ("goods", "sku", "flash") else f"{kind}s"
         parts.append(f"{noun} {', '.join(items)}")
     return "; ".join(parts) or "nothing"

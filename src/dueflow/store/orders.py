@@ -17,7 +17,8 @@ from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.store.schema import order_events, orders
 from dueflow.store.types import UTCDateTime, fit
 
-Values = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
+#: What a move sets besides the status: the same for every order, or per (flow, order type).
+Values = Mapping[str, Any] | Callable[[str, str], Mapping[str, Any]]
 
 
 async def insert_order(conn: AsyncConnection, **values: Any) -> int:
@@ -103,11 +104,11 @@ async def move(
     rows: list[Any] = list(
         (await conn.execute(select(*MOVED_COLUMNS).where(*guard).with_for_update())).all()
     )
-    by_type: dict[str, list[int]] = defaultdict(list)
+    by_type: dict[tuple[str, str], list[int]] = defaultdict(list)
     for row in rows:
-        by_type[row.order_type].append(row.id)
-    for order_type, ids in by_type.items():
-        extra = values(order_type) if callable(values) else (values or {})
+        by_type[(row.flow, row.order_type)].append(row.id)
+    for (flow, order_type), ids in by_type.items():
+        extra = values(flow, order_type) if callable(values) else (values or {})
         result = await conn.execute(
             update(orders)
             .where(orders.c.id.in_(ids), orders.c.status == expected.value)

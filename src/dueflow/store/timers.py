@@ -30,11 +30,17 @@ _KINDS = {kind.value: kind for kind in TimerKind}
 #: The kinds an order move makes obsolete (not REFUND_CHECK: a refund is followed to the end;
 #: not CLOSE_ATTEMPTS: a paid order's leftover trades are closed whatever the order does next).
 #: Nor SHOW_CANCEL: a show's cancel outlives the payment (a paid order of a cancelled show is
-#: cancelled too).
+#: cancelled too). Nor ORDER_CLOSED: the buyer is told of the cancel that wrote it.
 ORDER_LIFE_KINDS = tuple(
     kind
     for kind in TimerKind
-    if kind not in (TimerKind.REFUND_CHECK, TimerKind.CLOSE_ATTEMPTS, TimerKind.SHOW_CANCEL)
+    if kind
+    not in (
+        TimerKind.REFUND_CHECK,
+        TimerKind.CLOSE_ATTEMPTS,
+        TimerKind.SHOW_CANCEL,
+        TimerKind.ORDER_CLOSED,
+    )
 )  # Enum(value) is slow on hot paths
 
 

@@ -1,0 +1,174 @@
+"""The shop routes: SKUs (``/api/skus``), coupon templates and coupons
+(``/api/coupon-templates``, ``/api/me/coupons``) and flash sales (``/api/flash-sales``). Units
+are ordered through ``POST /api/orders`` (``lines`` and ``coupon_id``, or ``flash_sale_id``
+and ``quantity``)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import Field
+
+from dueflow.api import auth, routes
+from dueflow.api import schemas as out
+from dueflow.api.routes import Id, answer
+from dueflow.api.schemas import errors
+from dueflow.api.shows import Time, parse_time
+from dueflow.service import shop
+from dueflow.service.deps import Deps
+
+Price = Field(min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$", examples=["12.50"])
+Units = Field(ge=0, le=shop.MAX_UNITS)
+
+
+class NewSku(routes.Body):
+    """A SKU to sell: its title, its price in yuan and how many units are on sale."""
+
+    title: out.SingleLine = Field(min_length=1, max_length=200)
+    price: str = Price
+    stock: int = Units
+
+
+class Restock(routes.Body):
+    """How many more units to put on sale."""
+
+    quantity: int = Field(ge=1, le=shop.MAX_UNITS)
+
+
+class NewTemplate(routes.Body):
+    """A coupon template: the amount off orders of at least ``min_amount`` from the caller's
+    shop, valid in [valid_from, valid_until), at most ``total`` issued."""
+
+    title: out.SingleLine = Field(min_length=1, max_length=200)
+    amount_off: str = Price
+    min_amount: str = Field(
+        default="0", min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$"
+    )
+    valid_from: str = Time
+    valid_until: str = Time
+    total: int = Field(ge=1, le=shop.MAX_UNITS)
+
+
+class Issue(routes.Body):
+    """The user to issue one coupon to."""
+
+    user_id: int = Field(ge=1, le=routes.MAX_ID)
+
+
+class NewFlashSale(routes.Body):
+    """A flash sale of one of the caller's SKUs: its price, its units, its window and how many
+    units one buyer may hold or buy."""
+
+    sku_id: int = Field(ge=1, le=routes.MAX_ID)
+    price: str = Price
+    stock: int = Field(ge=1, le=shop.MAX_UNITS)
+    starts_at: str = Time
+    ends_at: str = Time
+    per_buyer_limit: int = Field(default=1, ge=1, le=shop.MAX_QUANTITY)
+
+
+def router(deps: Deps) -> APIRouter:
+    """The shop routes over ``deps``."""
+    api = APIRouter(
+        prefix="/api",
+        tags=["shop"],
+        dependencies=[Depends(auth.current_user(deps))],
+        responses=errors(401, 404, 413, 422, 503),
+    )
+
+    @api.post("/skus", status_code=201, response_model=out.SkuView, responses=errors(400))
+    async def add_sku(body: NewSku, request: Request) -> JSONResponse:
+        """Put a SKU on sale, the caller its seller."""
+        user = auth.caller(request)
+        view = await shop.create_sku(
+            deps, seller_id=user.id, title=body.title, price=body.price, stock=body.stock
+        )
+        return answer(view, 201)
+
+    @api.get("/skus/{sku_id}", response_model=out.SkuView)
+    async def get_sku(sku_id: Id) -> JSONResponse:
+        """A SKU with its units on sale, held and sold."""
+        return answer(await shop.sku_view(deps, sku_id))
+
+    @api.post("/skus/{sku_id}/restock", response_model=out.SkuView, responses=errors(403))
+    async def restock(sku_id: Id, body: Restock, request: Request) -> JSONResponse:
+        """The seller puts more units on sale."""
+        user = auth.caller(request)
+        view = await shop.restock(deps, sku_id=sku_id, user_id=user.id, quantity=body.quantity)
+        return answer(view)
+
+    @api.post(
+        "/coupon-templates",
+        status_code=201,
+        response_model=out.CouponTemplateView,
+        responses=errors(400),
+    )
+    async def add_template(body: NewTemplate, request: Request) -> JSONResponse:
+        """A coupon template for orders of the caller's SKUs."""
+        user = auth.caller(request)
+        view = await shop.create_template(
+            deps,
+            seller_id=user.id,
+            title=body.title,
+            amount_off=body.amount_off,
+            min_amount=body.min_amount,
+            valid_from=parse_time(body.valid_from, "valid_from"),
+            valid_until=parse_time(body.valid_until, "valid_until"),
+            total=body.total,
+        )
+        return answer(view, 201)
+
+    @api.get("/coupon-templates/{template_id}", response_model=out.CouponTemplateView)
+    async def get_template(template_id: Id) -> JSONResponse:
+        """A coupon template with how many were issued."""
+        return answer(await shop.template_view(deps, template_id))
+
+    @api.post(
+        "/coupon-templates/{template_id}/issue",
+        status_code=201,
+        response_model=out.CouponView,
+        responses=errors(403, 409),
+    )
+    async def issue(template_id: Id, body: Issue, request: Request) -> JSONResponse:
+        """Issue one coupon to a user (the template's seller, or an admin); 409 when all were
+        issued or the template expired."""
+        user = auth.caller(request)
+        view = await shop.issue_coupon(
+            deps,
+            template_id=template_id,
+            issuer_id=user.id,
+            user_id=body.user_id,
+            admin=user.is_admin,
+        )
+        return answer(view, 201)
+
+    @api.get("/me/coupons", response_model=out.CouponList)
+    async def my_coupons(request: Request) -> JSONResponse:
+        """The caller's coupons, newest first."""
+        user = auth.caller(request)
+        return answer({"coupons": await shop.coupons_of(deps, user.id)})
+
+    @api.post(
+        "/flash-sales", status_code=201, response_model=out.FlashSaleView, responses=errors(403)
+    )
+    async def add_flash_sale(body: NewFlashSale, request: Request) -> JSONResponse:
+        """A flash sale of one of the caller's SKUs."""
+        user = auth.caller(request)
+        view = await shop.create_flash_sale(
+            deps,
+            seller_id=user.id,
+            sku_id=body.sku_id,
+            price=body.price,
+            stock=body.stock,
+            starts_at=parse_time(body.starts_at, "starts_at"),
+            ends_at=parse_time(body.ends_at, "ends_at"),
+            per_buyer_limit=body.per_buyer_limit,
+        )
+        return answer(view, 201)
+
+    @api.get("/flash-sales/{sale_id}", response_model=out.FlashSaleView)
+    async def get_flash_sale(sale_id: Id) -> JSONResponse:
+        """A flash sale with its units on sale, held and sold."""
+        return answer(await shop.flash_sale_view(deps, sale_id))
+
+    return api

@@ -1,0 +1,50 @@
+"""Idempotent placing: the first answer to a buyer's ``Idempotency-Key``, given again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dueflow.exceptions import IdempotencyKeyReused
+from dueflow.service import orders as order_service
+from dueflow.service.deps import Deps
+from dueflow.store import idempotency
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What to answer a repeated request: the first answer as sent (``body``), or, when the
+    first request committed its order but its answer was never recorded (it is finishing, or
+    died after the commit), the order as it is now (``view``)."""
+
+    status_code: int
+    body: str | None = None
+    view: dict[str, Any] | None = None
+
+
+async def replay(deps: Deps, key: idempotency.Key) -> Replay | None:
+    """The answer for a key already used by this buyer within 24 h, or None for a new key.
+
+    Raises:
+        IdempotencyKeyReused: the key came with another request.
+    """
+    now = deps.clock.now()
+    async with deps.db.read() as conn:
+        row = await idempotency.find(conn, key.buyer_id, key.key, now)
+        if row is None:
+            return None
+        if row.request_hash != key.request_hash:
+            raise IdempotencyKeyReused(
+                "this Idempotency-Key was used for another request; use a new key"
+            )
+        if row.body is not None:
+            return Replay(int(row.status_code), body=str(row.body))
+        return Replay(201, view=await order_service.view_in(conn, int(row.order_id)))
+
+
+async def record_answer(deps: Deps, key: idempotency.Key, status_code: int, body: str) -> None:
+    """Keep the first answer for the key's repeats."""
+    async with deps.db.write() as conn:
+        await idempotency.record_answer(
+            conn, buyer_id=key.buyer_id, key=key.key, status_code=status_code, body=body
+        )

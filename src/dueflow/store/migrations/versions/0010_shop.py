@@ -1,0 +1,194 @@
+"""shop: SKUs, coupon templates and coupons, flash sales and their per-buyer counts, and the
+Idempotency-Keys of placed orders
+
+Revision ID: 0010
+Revises: 0009
+Create Date: 2026-12-01 15:20:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from dueflow.store.types import Money, UTCDateTime
+
+revision = "0010"
+down_revision = "0009"
+branch_labels = None
+depends_on = None
+
+Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def upgrade() -> None:
+    op.create_table(
+        "coupon_templates",
+        sa.Column("id", Id, autoincrement=True, nullable=False),
+        sa.Column("seller_id", Id, nullable=False),
+        sa.Column("title", sa.String(length=200), nullable=False),
+        sa.Column("amount_off", Money(), nullable=False),
+        sa.Column("min_amount", Money(), nullable=False),
+        sa.Column("valid_from", UTCDateTime(), nullable=False),
+        sa.Column("valid_until", UTCDateTime(), nullable=False),
+        sa.Column("total", sa.Integer(), nullable=False),
+        sa.Column("issued", sa.Integer(), nullable=False),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.CheckConstraint(
+            "issued >= 0 AND issued <= total", name=op.f("ck_coupon_templates_issued_within_total")
+        ),
+        sa.ForeignKeyConstraint(
+            ["seller_id"], ["users.id"], name=op.f("fk_coupon_templates_seller_id_users")
+        ),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    with op.batch_alter_table("coupon_templates", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_coupon_templates_seller_id"), ["seller_id"], unique=False
+        )
+
+    op.create_table(
+        "skus",
+        sa.Column("id", Id, autoincrement=True, nullable=False),
+        sa.Column("seller_id", Id, nullable=False),
+        sa.Column("title", sa.String(length=200), nullable=False),
+        sa.Column("price", Money(), nullable=False),
+        sa.Column("stock", sa.Integer(), nullable=False),
+        sa.Column("held", sa.Integer(), nullable=False),
+        sa.Column("sold", sa.Integer(), nullable=False),
+        sa.Column("stocked", sa.Integer(), nullable=False),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.Column("updated_at", UTCDateTime(), nullable=False),
+        sa.CheckConstraint("stock + held + sold = stocked", name=op.f("ck_skus_units_balance")),
+        sa.CheckConstraint(
+            "stock >= 0 AND held >= 0 AND sold >= 0", name=op.f("ck_skus_counts_not_negative")
+        ),
+        sa.ForeignKeyConstraint(["seller_id"], ["users.id"], name=op.f("fk_skus_seller_id_users")),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    with op.batch_alter_table("skus", schema=None) as batch_op:
+        batch_op.create_index("ix_skus_seller_id_id", ["seller_id", "id"], unique=False)
+
+    op.create_table(
+        "flash_sales",
+        sa.Column("id", Id, autoincrement=True, nullable=False),
+        sa.Column("sku_id", Id, nullable=False),
+        sa.Column("seller_id", Id, nullable=False),
+        sa.Column("price", Money(), nullable=False),
+        sa.Column("stock", sa.Integer(), nullable=False),
+        sa.Column("held", sa.Integer(), nullable=False),
+        sa.Column("sold", sa.Integer(), nullable=False),
+        sa.Column("stocked", sa.Integer(), nullable=False),
+        sa.Column("starts_at", UTCDateTime(), nullable=False),
+        sa.Column("ends_at", UTCDateTime(), nullable=False),
+        sa.Column("per_buyer_limit", sa.Integer(), nullable=False),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.Column("updated_at", UTCDateTime(), nullable=False),
+        sa.CheckConstraint(
+            "stock + held + sold = stocked", name=op.f("ck_flash_sales_units_balance")
+        ),
+        sa.CheckConstraint(
+            "stock >= 0 AND held >= 0 AND sold >= 0",
+            name=op.f("ck_flash_sales_counts_not_negative"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["seller_id"], ["users.id"], name=op.f("fk_flash_sales_seller_id_users")
+        ),
+        sa.ForeignKeyConstraint(["sku_id"], ["skus.id"], name=op.f("fk_flash_sales_sku_id_skus")),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    with op.batch_alter_table("flash_sales", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_flash_sales_sku_id"), ["sku_id"], unique=False)
+
+    op.create_table(
+        "coupons",
+        sa.Column("id", Id, autoincrement=True, nullable=False),
+        sa.Column("template_id", Id, nullable=False),
+        sa.Column("user_id", Id, nullable=False),
+        sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("order_id", Id, nullable=True),
+        sa.Column("valid_until", UTCDateTime(), nullable=False),
+        sa.Column("issued_at", UTCDateTime(), nullable=False),
+        sa.Column("used_at", UTCDateTime(), nullable=True),
+        sa.Column("updated_at", UTCDateTime(), nullable=False),
+        sa.CheckConstraint(
+            "(state IN ('locked', 'used')) = (order_id IS NOT NULL)",
+            name=op.f("ck_coupons_order_when_taken"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["order_id"], ["orders.id"], name=op.f("fk_coupons_order_id_orders")
+        ),
+        sa.ForeignKeyConstraint(
+            ["template_id"],
+            ["coupon_templates.id"],
+            name=op.f("fk_coupons_template_id_coupon_templates"),
+        ),
+        sa.ForeignKeyConstraint(["user_id"], ["users.id"], name=op.f("fk_coupons_user_id_users")),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    with op.batch_alter_table("coupons", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_coupons_order_id"), ["order_id"], unique=False)
+        batch_op.create_index("ix_coupons_user_id_id", ["user_id", "id"], unique=False)
+
+    op.create_table(
+        "flash_buyers",
+        sa.Column("flash_sale_id", Id, autoincrement=False, nullable=False),
+        sa.Column("buyer_id", Id, autoincrement=False, nullable=False),
+        sa.Column("units", sa.Integer(), nullable=False),
+        sa.CheckConstraint("units >= 0", name=op.f("ck_flash_buyers_units_not_negative")),
+        sa.ForeignKeyConstraint(
+            ["buyer_id"], ["users.id"], name=op.f("fk_flash_buyers_buyer_id_users")
+        ),
+        sa.ForeignKeyConstraint(
+            ["flash_sale_id"],
+            ["flash_sales.id"],
+            name=op.f("fk_flash_buyers_flash_sale_id_flash_sales"),
+        ),
+        sa.PrimaryKeyConstraint("flash_sale_id", "buyer_id"),
+    )
+    op.create_table(
+        "idempotency_keys",
+        sa.Column("id", Id, autoincrement=True, nullable=False),
+        sa.Column("buyer_id", Id, nullable=False),
+        sa.Column("key", sa.String(length=255), nullable=False),
+        sa.Column("request_hash", sa.String(length=64), nullable=False),
+        sa.Column("order_id", Id, nullable=False),
+        sa.Column("status_code", sa.Integer(), nullable=True),
+        sa.Column("body", sa.Text(), nullable=True),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["buyer_id"], ["users.id"], name=op.f("fk_idempotency_keys_buyer_id_users")
+        ),
+        sa.ForeignKeyConstraint(
+            ["order_id"], ["orders.id"], name=op.f("fk_idempotency_keys_order_id_orders")
+        ),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("buyer_id", "key", name=op.f("uq_idempotency_keys_buyer_id_key")),
+    )
+    with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
+        batch_op.create_index("ix_idempotency_keys_created_at", ["created_at"], unique=False)
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
+        batch_op.drop_index("ix_idempotency_keys_created_at")
+
+    op.drop_table("idempotency_keys")
+    op.drop_table("flash_buyers")
+    with op.batch_alter_table("coupons", schema=None) as batch_op:
+        batch_op.drop_index("ix_coupons_user_id_id")
+        batch_op.drop_index(batch_op.f("ix_coupons_order_id"))
+
+    op.drop_table("coupons")
+    with op.batch_alter_table("flash_sales", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_flash_sales_sku_id"))
+
+    op.drop_table("flash_sales")
+    with op.batch_alter_table("skus", schema=None) as batch_op:
+        batch_op.drop_index("ix_skus_seller_id_id")
+
+    op.drop_table("skus")
+    with op.batch_alter_table("coupon_templates", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_coupon_templates_seller_id"))
+
+    op.drop_table("coupon_templates")

@@ -1,0 +1,331 @@
+"""Statements on the shop: SKUs and flash sales (units counted as stock, held, sold), coupon
+templates and coupons.
+
+Units move between counts by guarded updates only: taking ``q`` is ``stock = stock - q,
+held = held + q WHERE stock >= q``, and every later move is the reverse or ``held -> sold``.
+Rows are always touched in id order (SKUs before flash sales before coupons), so two
+transactions never wait on each other in a cycle.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Row, Table, and_, case, func, insert, select, update
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.store.schema import (
+    coupon_templates,
+    coupons,
+    flash_buyers,
+    flash_sales,
+    order_lines,
+    orders,
+    skus,
+)
+
+AVAILABLE = "available"
+LOCKED = "locked"
+USED = "used"
+EXPIRED = "expired"
+
+
+async def insert_sku(
+    conn: AsyncConnection, *, seller_id: int, title: str, price: Decimal, stock: int, now: datetime
+) -> int:
+    """A new SKU with ``stock`` units on sale; returns its id."""
+    result = await conn.execute(
+        insert(skus).values(
+            seller_id=seller_id,
+            title=title,
+            price=price,
+            stock=stock,
+            held=0,
+            sold=0,
+            stocked=stock,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+async def get(
+    conn: AsyncConnection, table: Table, item_id: int, *, for_update: bool = False
+) -> Row[Any] | None:
+    """One SKU or flash sale (``table``)."""
+    query = select(table).where(table.c.id == item_id)
+    if for_update:
+        query = query.with_for_update()
+    return (await conn.execute(query)).first()
+
+
+async def many(conn: AsyncConnection, table: Table, item_ids: Sequence[int]) -> list[Row[Any]]:
+    """SKUs or flash sales by id, in id order."""
+    if not item_ids:
+        return []
+    query = select(table).where(table.c.id.in_(item_ids)).order_by(table.c.id)
+    return list((await conn.execute(query)).all())
+
+
+async def restock(conn: AsyncConnection, sku_id: int, quantity: int, now: datetime) -> bool:
+    """Put ``quantity`` more units of the SKU on sale."""
+    result = await conn.execute(
+        update(skus)
+        .where(skus.c.id == sku_id)
+        .values(stock=skus.c.stock + quantity, stocked=skus.c.stocked + quantity, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
+async def take(
+    conn: AsyncConnection, table: Table, item_id: int, quantity: int, now: datetime
+) -> bool:
+    """Hold ``quantity`` units of a SKU or flash sale, if that many are on sale (one guarded
+    update; the row stays locked until the transaction ends)."""
+    c = table.c
+    result = await conn.execute(
+        update(table)
+        .where(c.id == item_id, c.stock >= quantity)
+        .values(stock=c.stock - quantity, held=c.held + quantity, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
+async def units_of(conn: AsyncConnection, order_ids: Sequence[int], kind: str) -> list[Row[Any]]:
+    """The units of ``kind`` these orders hold: rows of (item_id, buyer_id, units), in item
+    order."""
+    if not order_ids:
+        return []
+    query = (
+        select(
+            order_lines.c.item_id,
+            orders.c.buyer_id,
+            func.sum(order_lines.c.quantity).label("units"),
+        )
+        .join(orders, orders.c.id == order_lines.c.order_id)
+        .where(order_lines.c.order_id.in_(order_ids), order_lines.c.kind == kind)
+        .group_by(order_lines.c.item_id, orders.c.buyer_id)
+        .order_by(order_lines.c.item_id, orders.c.buyer_id)
+    )
+    rows: list[Any] = list((await conn.execute(query)).all())
+    return rows
+
+
+def per_item(rows: Sequence[Row[Any]]) -> dict[int, int]:
+    """Units per item of :func:`units_of` rows, in item order."""
+    found: dict[int, int] = defaultdict(int)
+    for row in rows:
+        found[int(row.item_id)] += int(row.units)
+    return dict(sorted(found.items()))
+
+
+async def give_back(
+    conn: AsyncConnection, table: Table, units: Mapping[int, int], now: datetime
+) -> int:
+    """Held units go back on sale (a cancel before payment); returns how many."""
+    c = table.c
+    for item_id in sorted(units):
+        await conn.execute(
+            update(table)
+            .where(c.id == item_id)
+            .values(stock=c.stock + units[item_id], held=c.held - units[item_id], updated_at=now)
+        )
+    return sum(units.values())
+
+
+async def sell(conn: AsyncConnection, table: Table, units: Mapping[int, int], now: datetime) -> int:
+    """Held units are sold (the order was paid); returns how many."""
+    c = table.c
+    for item_id in sorted(units):
+        await conn.execute(
+            update(table)
+            .where(c.id == item_id)
+            .values(held=c.held - units[item_id], sold=c.sold + units[item_id], updated_at=now)
+        )
+    return sum(units.values())
+
+
+def _insert_buyer(conn: AsyncConnection, flash_sale_id: int, buyer_id: int) -> Any:
+    """The buyer's count row (0 units) unless it exists (as shows' per-buyer counts: MySQL
+    locks an existing row exclusively at once, so two parallel orders never deadlock)."""
+    values = {"flash_sale_id": flash_sale_id, "buyer_id": buyer_id, "units": 0}
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert(flash_buyers).values(**values).on_conflict_do_nothing()
+    if dialect == "sqlite":
+        return sqlite.insert(flash_buyers).values(**values).on_conflict_do_nothing()
+    statement = mysql.insert(flash_buyers).values(**values)
+    return statement.on_duplicate_key_update(units=flash_buyers.c.units)
+
+
+async def count_buyer(
+    conn: AsyncConnection, *, flash_sale_id: int, buyer_id: int, quantity: int, limit: int
+) -> int | None:
+    """Count ``quantity`` more units against the buyer's limit for the sale: one guarded update
+    of the buyer's row. Returns None when counted, else what the buyer already holds or bought."""
+    await conn.execute(_insert_buyer(conn, flash_sale_id, buyer_id))
+    row = flash_buyers.c
+    mine = and_(row.flash_sale_id == flash_sale_id, row.buyer_id == buyer_id)
+    result = await conn.execute(
+        update(flash_buyers)
+        .where(mine, row.units + quantity <= limit)
+        .values(units=row.units + quantity)
+    )
+    if result.rowcount == 1:
+        return None
+    return int(await conn.scalar(select(row.units).where(mine)) or 0)
+
+
+async def uncount_buyers(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> None:
+    """Released flash units no longer count against their buyers (rows of :func:`units_of`)."""
+    row = flash_buyers.c
+    for r in sorted(rows, key=lambda r: (r.item_id, r.buyer_id)):
+        await conn.execute(
+            update(flash_buyers)
+            .where(row.flash_sale_id == r.item_id, row.buyer_id == r.buyer_id)
+            .values(units=row.units - r.units)
+        )
+
+
+async def insert_flash_sale(conn: AsyncConnection, **values: Any) -> int:
+    """A new flash sale (its units all on sale); returns its id."""
+    stock = values["stock"]
+    result = await conn.execute(insert(flash_sales).values(held=0, sold=0, stocked=stock, **values))
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+async def insert_template(conn: AsyncConnection, **values: Any) -> int:
+    """A new coupon template (none issued yet); returns its id."""
+    result = await conn.execute(insert(coupon_templates).values(issued=0, **values))
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+async def template(
+    conn: AsyncConnection, template_id: int, *, for_update: bool = False
+) -> Row[Any] | None:
+    """One coupon template."""
+    query = select(coupon_templates).where(coupon_templates.c.id == template_id)
+    if for_update:
+        query = query.with_for_update()
+    return (await conn.execute(query)).first()
+
+
+async def issue(conn: AsyncConnection, tpl: Row[Any], user_id: int, now: datetime) -> int | None:
+    """Issue one coupon of the template to the user, if the template has any left (a guarded
+    update of its count); returns the coupon id, or None when all were issued."""
+    c = coupon_templates.c
+    result = await conn.execute(
+        update(coupon_templates)
+        .where(c.id == tpl.id, c.issued < c.total)
+        .values(issued=c.issued + 1)
+    )
+    if result.rowcount != 1:
+        return None
+    inserted = await conn.execute(
+        insert(coupons).values(
+            template_id=tpl.id,
+            user_id=user_id,
+            state=AVAILABLE,
+            valid_until=tpl.valid_until,
+            issued_at=now,
+            updated_at=now,
+        )
+    )
+    return int(inserted.inserted_primary_key[0])  # type: ignore[index]
+
+
+def _coupon_columns() -> list[Any]:
+    t = coupon_templates.c
+    return [
+        *coupons.c,
+        t.seller_id,
+        t.title,
+        t.amount_off,
+        t.min_amount,
+        t.valid_from,
+    ]
+
+
+async def coupon(conn: AsyncConnection, coupon_id: int) -> Row[Any] | None:
+    """A coupon with its template's terms (seller_id, title, amount_off, min_amount,
+    valid_from)."""
+    query = (
+        select(*_coupon_columns())
+        .join(coupon_templates, coupon_templates.c.id == coupons.c.template_id)
+        .where(coupons.c.id == coupon_id)
+    )
+    return (await conn.execute(query)).first()
+
+
+async def coupons_of(conn: AsyncConnection, user_id: int, limit: int = 500) -> list[Row[Any]]:
+    """The user's coupons, newest first, with their terms."""
+    query = (
+        select(*_coupon_columns())
+        .join(coupon_templates, coupon_templates.c.id == coupons.c.template_id)
+        .where(coupons.c.user_id == user_id)
+        .order_by(coupons.c.id.desc())
+        .limit(limit)
+    )
+    return list((await conn.execute(query)).all())
+
+
+def coupon_state(row: Row[Any], now: datetime) -> str:
+    """What a coupon is for its owner now: an available one past its validity is expired."""
+    if row.state == AVAILABLE and row.valid_until <= now:
+        return EXPIRED
+    return str(row.state)
+
+
+async def lock_coupon(
+    conn: AsyncConnection, coupon_id: int, *, buyer_id: int, order_id: int, now: datetime
+) -> bool:
+    """Lock the buyer's available, valid coupon to the order (one guarded update)."""
+    c = coupons.c
+    result = await conn.execute(
+        update(coupons)
+        .where(
+            c.id == coupon_id,
+            c.user_id == buyer_id,
+            c.state == AVAILABLE,
+            c.valid_until > now,
+        )
+        .values(state=LOCKED, order_id=order_id, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
+async def return_coupons(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+    """Coupons locked by these cancelled unpaid orders go back to their owners (expired when
+    their validity ended meanwhile); returns how many."""
+    if not order_ids:
+        return 0
+    c = coupons.c
+    result = await conn.execute(
+        update(coupons)
+        .where(c.order_id.in_(order_ids), c.state == LOCKED)
+        .values(
+            state=case((c.valid_until <= now, EXPIRED), else_=AVAILABLE),
+            order_id=None,
+            updated_at=now,
+        )
+    )
+    return int(result.rowcount)
+
+
+async def use_coupons(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
+    """Coupons locked by these paid orders are used."""
+    if not order_ids:
+        return 0
+    c = coupons.c
+    result = await conn.execute(
+        update(coupons)
+        .where(c.order_id.in_(order_ids), c.state == LOCKED)
+        .values(state=USED, used_at=now, updated_at=now)
+    )
+    return int(result.rowcount)
