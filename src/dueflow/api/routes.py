@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Mapping
 from datetime import date, datetime
@@ -22,12 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.schemas import errors
-from dueflow.exceptions import Conflict, InvalidInput, NotAllowed, NotFound
+from dueflow.exceptions import DomainError, DueflowError, InvalidInput, NotAllowed, NotFound
 from dueflow.service import accounts, operations, orders, payments, replays, shop, tickets
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
 from dueflow.store import idempotency
 from dueflow.store import orders as order_store
+
+log = logging.getLogger(__name__)
 
 #: Ids are positive 64-bit integers; anything else is refused before it reaches the database.
 MAX_ID = 2**63 - 1
@@ -255,14 +258,20 @@ def _orders(deps: Deps) -> APIRouter:
             return _again(again)
         try:
             view = await _place(deps, user, body, key)
-        except Conflict:
-            # The same key raced this request and won: its order is the answer.
+        except DomainError:
+            # The same key raced this request and won (this one then fails on the key's row, or
+            # sooner on what the winner took: the last units, the coupon): its order is the
+            # answer. A refusal with no order behind the key is the answer itself.
             again = await replays.replay(deps, key)
             if again is None:
                 raise
             return _again(again)
         text = json.dumps(jsonable(view))
-        await replays.record_answer(deps, key, 201, text)
+        try:
+            await replays.record_answer(deps, key, 201, text)
+        except DueflowError:
+            # The order and its key are committed: a repeat answers the order as it is then.
+            log.warning("the answer to Idempotency-Key of order %s was not kept", view["id"])
         return Response(text, status_code=201, media_type="application/json")
 
     @routes.get("/{order_id}", response_model=out.OrderView)

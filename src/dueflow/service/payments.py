@@ -506,7 +506,13 @@ async def _new_attempt(
 
 
 async def _subject(conn: AsyncConnection, order: Row[Any], show: Row[Any] | None) -> str:
-    """What the buyer pays for, as the provider shows it: the goods' title, or the show's
-    title and the seats (``show``: the order's, already read)."""
-    labels = ", ".join(line.label for line in (await holds.lines_of(conn, [order.id]))[order.id])
+    """What the buyer pays for, as the provider shows it: the goods' title, the SKUs' titles
+    (with their quantities), or the show's title and the seats (``show``: the order's, already
+    read)."""
+    bought = (await holds.lines_of(conn, [order.id]))[order.id]
+    labels = ", ".join(
+        line.label if line.quantity == 1 else f"{line.label} x{line.quantity}"
+        for line in bought
+        if line.kind not in ("coupon", "flash")  # the price already says what they did
+    )
     return labels if show is None else f"{show.title} {labels}"

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.domain import text
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.domain.money import CENT, parse_yuan
 from dueflow.exceptions import (
@@ -43,8 +44,13 @@ def _title(value: str) -> str:
     if not isinstance(value, str):
         raise InvalidInput("a title is text")
     title = value.strip()
-    if not 1 <= len(title) <= 200 or not title.isprintable():
-        raise InvalidInput("a title is 1-200 printable characters")
+    if not 1 <= len(title) <= 200:
+        raise InvalidInput("a title is 1-200 characters")
+    # The one rule of free text (dueflow.domain.text): emoji joiners, right-to-left marks and
+    # no-break spaces are text people write, though str.isprintable() refuses them.
+    problem = text.refused_character(title)
+    if problem is not None:
+        raise InvalidInput(f"the title {problem}")
     return title
 
 
@@ -357,6 +363,8 @@ def wanted_lines(lines: Sequence[Mapping[str, Any]]) -> dict[int, int]:
         raise InvalidInput(f"lines: 1 to {MAX_LINES} lines of sku_id and quantity")
     wanted: dict[int, int] = {}
     for line in lines:
+        if not isinstance(line, Mapping):
+            raise InvalidInput("lines: each line is an object of sku_id and quantity")
         sku_id = _count(line.get("sku_id"), "sku_id", low=1, high=2**63 - 1)
         quantity = _count(line.get("quantity"), "quantity", low=1, high=MAX_QUANTITY)
         wanted[sku_id] = wanted.get(sku_id, 0) + quantity
