@@ -170,25 +170,14 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
-        batch_op.drop_index("ix_idempotency_keys_created_at")
-
-    op.drop_table("idempotency_keys")
-    op.drop_table("flash_buyers")
-    with op.batch_alter_table("coupons", schema=None) as batch_op:
-        batch_op.drop_index("ix_coupons_user_id_id")
-        batch_op.drop_index(batch_op.f("ix_coupons_order_id"))
-
-    op.drop_table("coupons")
-    with op.batch_alter_table("flash_sales", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_flash_sales_sku_id"))
-
-    op.drop_table("flash_sales")
-    with op.batch_alter_table("skus", schema=None) as batch_op:
-        batch_op.drop_index("ix_skus_seller_id_id")
-
-    op.drop_table("skus")
-    with op.batch_alter_table("coupon_templates", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_coupon_templates_seller_id"))
-
-    op.drop_table("coupon_templates")
+    # Dropping a table drops its indexes; dropping them first fails on MariaDB, where each
+    # foreign key needs its index for as long as the table exists.
+    for table in (
+        "idempotency_keys",
+        "flash_buyers",
+        "coupons",
+        "flash_sales",
+        "skus",
+        "coupon_templates",
+    ):
+        op.drop_table(table)
