@@ -146,10 +146,20 @@ def orders_place(
     buyer: str = typer.Option(..., help="The buying user's name."),
     show_id: int | None = typer.Option(None, "--show", help="The show whose seats to hold."),
     seats: str | None = typer.Option(None, help="With --show: seat labels, like A-1,A-2."),
+    sku: str | None = typer.Option(None, help="SKU units, like 3x2,5x1 (a ``shop`` order)."),
+    coupon: int | None = typer.Option(None, help="With --sku: the buyer's coupon to use."),
+    flash: int | None = typer.Option(None, help="A flash sale to buy at (a ``flash`` order)."),
+    quantity: int | None = typer.Option(None, help="With --flash: units to buy (1)."),
 ) -> None:
-    """Place an order holding the goods, or the seats of a show (a ``ticket`` order)."""
+    """Place an order holding the goods, the seats of a show (a ``ticket`` order), units of
+    SKUs and a coupon (``shop``), or units of a flash sale (``flash``)."""
+    if any(v is not None for v in (sku, coupon, flash, quantity)):
+        if goods_id is not None or show_id is not None or seats is not None:
+            raise typer.BadParameter("give goods, --show and --seats, --sku or --flash: one")
+        cli_shop.place_units(buyer, sku=sku, coupon=coupon, flash=flash, quantity=quantity)
+        return
     if (goods_id is None) == (show_id is None) or (show_id is None) != (seats is None):
-        raise typer.BadParameter("give a goods id, or --show with --seats")
+        raise typer.BadParameter("give a goods id, --show with --seats, --sku or --flash")
     if show_id is not None and seats is not None:
         cli_shows.place_seats(show_id, seats, buyer)
         return
@@ -347,9 +357,15 @@ def scan() -> None:
 
 @app.command()
 def status() -> None:
-    """Orders by status, timers by state, overdue and stuck timers, refunds, discrepancies."""
-    snapshot = _run(_with_deps(_settings(), report.snapshot))
+    """Orders by status, timers by state, overdue and stuck timers, refunds, discrepancies,
+    and the invariants."""
+
+    async def go(deps: Deps) -> tuple[report.Snapshot, report.Invariants]:
+        return await report.snapshot(deps), await report.check_invariants(deps)
+
+    snapshot, invariants = _run(_with_deps(_settings(), go))
     render.print_snapshot(out, snapshot)
+    out.print(render.invariants_table(invariants))
 
 
 @app.command()
@@ -452,6 +468,7 @@ class DemoFlow(StrEnum):
 
     MARKETPLACE = "marketplace"
     TICKETS = "tickets"
+    SHOP = "shop"
 
 
 @app.command()
@@ -476,15 +493,16 @@ def demo(
     ),
     flow: DemoFlow = typer.Option(
         DemoFlow.MARKETPLACE,
-        help="What to sell: goods (marketplace) or the seats of a show (tickets; --orders is "
-        "then the number of buyers).",
+        help="What to sell: goods (marketplace), the seats of a show (tickets) or a shop's SKUs, "
+        "coupons and a flash sale (shop); for tickets and shop --orders is the number of buyers.",
     ),
 ) -> None:
     """A simulated marketplace on the dev profile: buyers that pay, pay late, never pay or cancel;
     sellers that ship, ship late or never (or, with --flow tickets, a ticket sale: buyers racing
-    for the same seats, a show cancelled). Ends with a table of outcomes and checked invariants."""
+    for the same seats, a show cancelled; with --flow shop, a shop: stock, coupons, a flash
+    sale, orders that expire). Ends with a table of outcomes and checked invariants."""
     if url is not None:
-        from dueflow import demo_http, demo_http_tickets
+        from dueflow import demo_http, demo_http_shop, demo_http_tickets
 
         if not admin_token:
             err.print(
@@ -493,6 +511,15 @@ def demo(
             raise typer.Exit(2)
         if flow is DemoFlow.TICKETS:
             sale = demo_http_tickets.run(
+                url=url,
+                admin_token=admin_token,
+                buyers=orders_count,
+                seed=seed,
+                live=live,
+                console=out,
+            )
+        elif flow is DemoFlow.SHOP:
+            sale = demo_http_shop.run(
                 url=url,
                 admin_token=admin_token,
                 buyers=orders_count,
@@ -511,10 +538,14 @@ def demo(
             )
         raise typer.Exit(0 if _run(sale) else 1)
     from dueflow import demo as demo_module
-    from dueflow import demo_tickets
+    from dueflow import demo_shop, demo_tickets
 
     if flow is DemoFlow.TICKETS:
         sale = demo_tickets.run(
+            buyers=orders_count, speed=speed, db=db, seed=seed, live=live, console=out
+        )
+    elif flow is DemoFlow.SHOP:
+        sale = demo_shop.run(
             buyers=orders_count, speed=speed, db=db, seed=seed, live=live, console=out
         )
     else:
@@ -531,4 +562,5 @@ def main() -> None:
 
 __all__ = ["app", "main"]
 
-from dueflow import cli_shows  # noqa: E402  (registers `dueflow shows`; it uses the above)
+# Register `dueflow shows`, and `dueflow skus`, `coupons` and `flash`; they use the above.
+from dueflow import cli_shop, cli_shows  # noqa: E402

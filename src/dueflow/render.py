@@ -24,23 +24,49 @@ def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
-def print_order(console: Console, view: dict[str, Any]) -> None:
-    """An order, its timers and its timeline."""
+def lines_text(lines: list[dict[str, Any]]) -> str:
+    """A shop order's lines in words: ``sku 3 x2 at 25.00, coupon 7 (-5.00)``."""
+    parts = []
+    for line in lines:
+        if line["kind"] == "coupon":
+            parts.append(f"coupon {line['item_id']} (-{line['price']})")
+        elif line["kind"] == "flash":
+            parts.append(f"flash sale {line['item_id']} x{line['quantity']}")
+        else:
+            parts.append(f"{line['kind']} {line['item_id']} x{line['quantity']} at {line['price']}")
+    return ", ".join(parts) or "nothing"
+
+
+def _held(view: dict[str, Any]) -> str:
     if view.get("show_id") is not None:
         seats = ", ".join(line["label"] for line in view.get("lines", []))
-        held = f"show {view['show_id']} seats {seats}"
-    else:
-        held = f"goods {view['goods_id']}"
+        return f"show {view['show_id']} seats {seats}"
+    if view.get("goods_id") is not None:
+        return f"goods {view['goods_id']}"
+    return lines_text(view.get("lines", []))
+
+
+def print_order(console: Console, view: dict[str, Any]) -> None:
+    """An order, what it holds, its notices, its timers and its timeline."""
+    held = _held(view)
     console.print(
         f"order {view['id']} ({view['order_type']}) [bold]{view['status']}[/bold] "
         f"amount {view['amount']}  buyer {view['buyer_id']}  seller {view['seller_id']}  "
-        f"{held}"
+        f"{held}",
+        soft_wrap=True,
     )
     for ticket in view.get("tickets", []):
         console.print(f"  ticket {ticket['seat']}: {ticket['code']} ({ticket['state']})")
     for name in ("pay_deadline", "ship_deadline", "receive_deadline", "review_deadline"):
         if view.get(name) is not None:
             console.print(f"  {name.replace('_', ' ')}: {_when(view[name])} UTC")
+    if view.get("cancelled_at") is not None:
+        console.print(f"  cancelled: {_when(view['cancelled_at'])} UTC ({view['cancel_reason']})")
+    for notice in view.get("notices", []):
+        console.print(
+            f"  notice {notice['kind']}: {notice['state']}, {notice['deliveries']} deliveries,"
+            f" sent {_when(notice['sent_at'])}"
+        )
     timers = Table("timer", "kind", "due", "state", "attempts", "outcome", title="timers")
     for t in view["timers"]:
         timers.add_row(
@@ -105,6 +131,18 @@ def invariants_table(inv: Invariants) -> Table:
         ("no seat held by a cancelled order", inv.seats_held_by_dead_order),
         ("no seat held or sold twice", inv.seats_held_twice),
         ("every buyer within the show's seat limit", inv.seat_limits_broken),
+        ("SKU stock + held + sold = stocked", inv.units_unbalanced),
+        ("SKU units held only by unpaid orders", inv.units_held_by_dead_order),
+        ("SKU units sold only to paid orders", inv.units_sold_unpaid),
+        ("flash sale stock + held + sold = stocked", inv.flash_units_unbalanced),
+        ("flash sale units held only by unpaid orders", inv.flash_units_held_by_dead_order),
+        ("flash sale units sold only to paid orders", inv.flash_units_sold_unpaid),
+        ("every buyer within the flash sale's limit", inv.flash_limits_broken),
+        ("no coupon locked by a dead order", inv.coupons_locked_by_dead_order),
+        ("no coupon used by an unpaid order", inv.coupons_used_by_unpaid_order),
+        ("no coupon used twice", inv.coupons_used_twice),
+        ("every coupon with the order it discounts", inv.coupons_not_with_their_order),
+        ("every cancelled order notified once", inv.cancels_not_notified),
     )
     for name, offenders in checks:
         verdict = "[green]PASS[/green]" if not offenders else f"[red]FAIL[/red] {offenders[:10]}"

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from dueflow.api import (
     admin_pages,
+    admin_shop,
     admin_shows,
     errors,
     events,
@@ -51,7 +52,7 @@ def create_app(
             secret=session_secret.encode() if session_secret else None,
             ttl=session_ttl,
             secure=secure_cookies,
-            sections=[admin_shows.add_routes],
+            sections=[admin_shows.add_routes, admin_shop.add_routes],
         )
     )
 

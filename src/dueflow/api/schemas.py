@@ -359,6 +359,18 @@ class InvariantsView(View):
     seats_held_by_dead_order: list[int] = Field(description="orders")
     seats_held_twice: list[int] = Field(description="seat ids")
     seat_limits_broken: list[int] = Field(description="shows")
+    units_unbalanced: list[int] = Field(description="SKUs")
+    units_held_by_dead_order: list[int] = Field(description="SKUs")
+    units_sold_unpaid: list[int] = Field(description="SKUs")
+    flash_units_unbalanced: list[int] = Field(description="flash sales")
+    flash_units_held_by_dead_order: list[int] = Field(description="flash sales")
+    flash_units_sold_unpaid: list[int] = Field(description="flash sales")
+    flash_limits_broken: list[int] = Field(description="flash sales")
+    coupons_locked_by_dead_order: list[int] = Field(description="coupons")
+    coupons_used_by_unpaid_order: list[int] = Field(description="coupons")
+    coupons_used_twice: list[int] = Field(description="coupons")
+    coupons_not_with_their_order: list[int] = Field(description="orders")
+    cancels_not_notified: list[int] = Field(description="orders")
 
 
 class Summary(View):

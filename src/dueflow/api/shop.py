@@ -90,7 +90,7 @@ def router(deps: Deps) -> APIRouter:
         """A SKU with its units on sale, held and sold."""
         return answer(await shop.sku_view(deps, sku_id))
 
-    @api.post("/skus/{sku_id}/restock", response_model=out.SkuView, responses=errors(403))
+    @api.post("/skus/{sku_id}/restock", response_model=out.SkuView, responses=errors(400, 403))
     async def restock(sku_id: Id, body: Restock, request: Request) -> JSONResponse:
         """The seller puts more units on sale."""
         user = auth.caller(request)
@@ -127,7 +127,7 @@ def router(deps: Deps) -> APIRouter:
         "/coupon-templates/{template_id}/issue",
         status_code=201,
         response_model=out.CouponView,
-        responses=errors(403, 409),
+        responses=errors(400, 403, 409),
     )
     async def issue(template_id: Id, body: Issue, request: Request) -> JSONResponse:
         """Issue one coupon to a user (the template's seller, or an admin); 409 when all were
@@ -149,7 +149,10 @@ def router(deps: Deps) -> APIRouter:
         return answer({"coupons": await shop.coupons_of(deps, user.id)})
 
     @api.post(
-        "/flash-sales", status_code=201, response_model=out.FlashSaleView, responses=errors(403)
+        "/flash-sales",
+        status_code=201,
+        response_model=out.FlashSaleView,
+        responses=errors(400, 403),
     )
     async def add_flash_sale(body: NewFlashSale, request: Request) -> JSONResponse:
         """A flash sale of one of the caller's SKUs."""

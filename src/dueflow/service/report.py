@@ -11,10 +11,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.domain.timers import TimerState
+from dueflow.service import shop_checks
 from dueflow.service.deps import Deps
-from dueflow.store import aftersale, events, orders, payments, timers
+from dueflow.store import aftersale, events, holds, orders, payments, timers
 from dueflow.store import shows as show_store
-from dueflow.store.schema import goods, reviews, seat_holds, seats, show_buyers, shows
+from dueflow.store.schema import (
+    flash_sales,
+    goods,
+    reviews,
+    seat_holds,
+    seats,
+    show_buyers,
+    shows,
+    skus,
+)
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import timers as t_timers
 
@@ -50,6 +60,31 @@ class Invariants:
     #: Shows (ids) where a buyer's counted seats differ from the seats they hold, or pass the
     #: show's limit.
     seat_limits_broken: list[int] = field(default_factory=list)
+    #: SKUs (ids) whose counts are negative or do not add up: stock + held + sold != stocked.
+    units_unbalanced: list[int] = field(default_factory=list)
+    #: SKUs (ids) whose held units differ from the units of their unpaid orders (held by a
+    #: dead order, or a live order's units not held).
+    units_held_by_dead_order: list[int] = field(default_factory=list)
+    #: SKUs (ids) whose sold units differ from the units of their paid orders.
+    units_sold_unpaid: list[int] = field(default_factory=list)
+    #: The same three promises for flash sales (ids).
+    flash_units_unbalanced: list[int] = field(default_factory=list)
+    flash_units_held_by_dead_order: list[int] = field(default_factory=list)
+    flash_units_sold_unpaid: list[int] = field(default_factory=list)
+    #: Flash sales (ids) where a buyer's counted units differ from the units of the buyer's
+    #: unpaid and paid orders, or pass the sale's per-buyer limit.
+    flash_limits_broken: list[int] = field(default_factory=list)
+    #: Coupons (ids) locked by an order that no longer awaits payment.
+    coupons_locked_by_dead_order: list[int] = field(default_factory=list)
+    #: Coupons (ids) used by an order that was never paid.
+    coupons_used_by_unpaid_order: list[int] = field(default_factory=list)
+    #: Coupons (ids) on the lines of two orders that took them (neither cancelled unpaid).
+    coupons_used_twice: list[int] = field(default_factory=list)
+    #: Orders (ids) with a coupon's discount that do not hold the coupon, or holding a coupon
+    #: without its discount on their lines.
+    coupons_not_with_their_order: list[int] = field(default_factory=list)
+    #: Cancelled orders (ids) without exactly one order_closed notice (timer and reminder row).
+    cancels_not_notified: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -120,6 +155,7 @@ async def check_invariants(deps: Deps, *, tolerance_seconds: float = 5.0) -> Inv
         )
         result.goods_held_twice = list((await conn.execute(double)).scalars())
         await _check_seats(conn, result, dead)
+        await _check_shop(conn, result, dead)
     return result
 
 
@@ -154,6 +190,27 @@ async def _check_seats(conn: AsyncConnection, result: Invariants, dead: list[str
         .distinct()
     )
     result.seat_limits_broken = list((await conn.execute(counted)).scalars())
+
+
+async def _check_shop(conn: AsyncConnection, result: Invariants, dead: list[str]) -> None:
+    """The shop promises (:mod:`dueflow.service.shop_checks`): units, flash sale counts,
+    coupons, and a notice for every cancelled order (of every flow)."""
+    (
+        result.units_unbalanced,
+        result.units_held_by_dead_order,
+        result.units_sold_unpaid,
+    ) = await shop_checks.units_promises(conn, skus, holds.SkuHold.kind)
+    (
+        result.flash_units_unbalanced,
+        result.flash_units_held_by_dead_order,
+        result.flash_units_sold_unpaid,
+    ) = await shop_checks.units_promises(conn, flash_sales, holds.FlashHold.kind)
+    result.flash_limits_broken = await shop_checks.flash_limits_broken(conn)
+    result.coupons_locked_by_dead_order = await shop_checks.coupons_locked_by_dead_order(conn)
+    result.coupons_used_by_unpaid_order = await shop_checks.coupons_used_by_unpaid_order(conn)
+    result.coupons_used_twice = await shop_checks.coupons_used_twice(conn)
+    result.coupons_not_with_their_order = await shop_checks.coupons_not_with_their_order(conn)
+    result.cancels_not_notified = await shop_checks.cancels_not_notified(conn, dead)
 
 
 async def lateness_seconds(deps: Deps) -> list[float]:

@@ -1,0 +1,106 @@
+"""The shop pages under ``/admin``: every SKU with its units (``/admin/skus``), one SKU with its
+flash sales and newest orders (``/admin/skus/{id}``), every flash sale with what it sold, holds
+and has left (``/admin/flash-sales``), and a buyer's coupons (``/admin/users/{id}/coupons``,
+found by name or id from ``/admin/coupons``).
+
+:func:`add_routes` puts them on the admin router, behind the same session as every admin page.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from dueflow.api import admin_pages
+from dueflow.exceptions import NotFound
+from dueflow.service import accounts, shop, shop_overview
+from dueflow.service.accounts import User
+
+#: SKUs and flash sales on the list pages, newest first.
+LISTED = 200
+#: Orders on a SKU's page, newest first.
+ORDERS_LISTED = 500
+
+
+def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
+    """The SKU, flash sale and coupon pages on the admin router."""
+    deps = pages.deps
+
+    @routes.get("/skus", response_class=HTMLResponse)
+    async def sku_list(request: Request) -> Response:
+        user = await pages.user(request)
+        if user is None:
+            return admin_pages._login_redirect(request)
+        found = await shop_overview.skus_overview(deps, LISTED)
+        return pages.page(request, "skus.html", user=user, skus=found, limit=LISTED, refresh=5)
+
+    @routes.get("/skus/{sku_id}", response_class=HTMLResponse)
+    async def sku_page(request: Request, sku_id: str) -> Response:
+        user = await pages.user(request)
+        if user is None:
+            return admin_pages._login_redirect(request)
+        found = admin_pages._id(sku_id)
+        try:
+            if found is None:
+                raise NotFound(f"no sku {sku_id}")
+            sku = await shop_overview.sku_page(deps, found, ORDERS_LISTED)
+        except NotFound as exc:
+            return pages.problem(request, user, 404, "Not found", exc.message)
+        return pages.page(request, "sku.html", user=user, sku=sku, limit=ORDERS_LISTED, refresh=5)
+
+    @routes.get("/flash-sales", response_class=HTMLResponse)
+    async def flash_sale_list(request: Request) -> Response:
+        user = await pages.user(request)
+        if user is None:
+            return admin_pages._login_redirect(request)
+        found = await shop_overview.flash_sales_overview(deps, LISTED)
+        return pages.page(
+            request, "flash_sales.html", user=user, sales=found, limit=LISTED, refresh=5
+        )
+
+    @routes.get("/coupons", response_class=HTMLResponse)
+    async def find_coupons(request: Request, user: str = "") -> Response:
+        admin = await pages.user(request)
+        if admin is None:
+            return admin_pages._login_redirect(request)
+        wanted = user.strip()
+        if not wanted:
+            return pages.page(request, "coupons.html", user=admin, owner=None, coupons=[])
+        try:
+            owner = await _owner(wanted)
+        except NotFound as exc:
+            return pages.problem(request, admin, 404, "Not found", exc.message)
+        return RedirectResponse(
+            f"/admin/users/{owner.id}/coupons", status_code=303, headers=admin_pages.HEADERS
+        )
+
+    async def _owner(wanted: str) -> User:
+        """The user named ``wanted``, or (failing that) the user with that id."""
+        try:
+            return await accounts.get_user(deps, wanted)
+        except NotFound:
+            by_id = admin_pages._id(wanted.lstrip("#"))
+            if by_id is None:
+                raise
+            return await accounts.get_user(deps, by_id)
+
+    @routes.get("/users/{user_id}/coupons", response_class=HTMLResponse)
+    async def user_coupons(request: Request, user_id: str) -> Response:
+        admin = await pages.user(request)
+        if admin is None:
+            return admin_pages._login_redirect(request)
+        found = admin_pages._id(user_id)
+        try:
+            if found is None:
+                raise NotFound(f"no user {user_id}")
+            owner = await accounts.get_user(deps, found)
+        except NotFound as exc:
+            return pages.problem(request, admin, 404, "Not found", exc.message)
+        return pages.page(
+            request,
+            "coupons.html",
+            user=admin,
+            owner=owner,
+            coupons=await shop.coupons_of(deps, owner.id),
+            refresh=5,
+        )
