@@ -72,9 +72,9 @@ def test_the_marketplace_stays_the_default_flow(tmp_path: Path):
     result = demo("--orders", "3", "--speed", "300", "--db", str(tmp_path / "m.db"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "dueflow demo: 3 orders" in result.stdout
-    bad = demo("--flow", "shop")
+    bad = demo("--flow", "bakery")
     assert bad.returncode == 2
-    assert "shop" in bad.stderr
+    assert "bakery" in bad.stderr
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,334 @@
+"""``dueflow demo --flow shop``: a simulated shop on the dev profile, in fast time.
+
+The people of :mod:`dueflow.demo_shop_crowd` act through the services in process, beside a
+worker and its scanner; payments go through the simulated Alipay and WeChat Pay. The invariants
+(the engine's and :mod:`dueflow.demo_shop_checks`) are read from the database many times during
+the sale and once at the end, when every cancelled order must have had its one notice sent;
+the run is a failure if any did not hold at any check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+from collections import Counter
+from collections.abc import Sequence
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from dueflow import demo, demo_shop_checks, render
+from dueflow.demo_shop_crowd import (
+    FLASH_CLOSES,
+    FLASH_LIMIT,
+    FLASH_OPENS,
+    FLASH_PRICE,
+    FLASH_SKU,
+    RESTOCKED,
+    SKUS,
+    TEMPLATES,
+    Coupon,
+    Crowd,
+    Shop,
+    coupon_asks,
+    flash_units,
+    request_hash,
+    rushes_to_pay,
+    schedule,
+    sku_stock,
+    template_total,
+    validity,
+)
+from dueflow.demo_tickets import Promises
+from dueflow.domain.lifecycle import OrderStatus
+from dueflow.exceptions import DueflowError
+from dueflow.notifiers.log import LogNotifier
+from dueflow.service import accounts, orders, replays, report, shop
+from dueflow.service.deps import Deps
+from dueflow.store import idempotency
+
+#: Real seconds between two checks of the invariants during the sale.
+CHECK_EVERY = 0.5
+
+
+class ShopFloor(demo.Market, Crowd):
+    """The shop's buyers, placing, paying and cancelling in process."""
+
+    def __init__(self, deps: Deps, rng: random.Random, sim: httpx.AsyncClient, shop: Shop) -> None:
+        super().__init__(deps, rng, sim)
+        self.shop = shop
+        self.people = {}
+        self.repeats = []
+
+    async def place(self, buyer: Any, body: dict[str, Any], key: str) -> dict[str, Any] | str:
+        # What POST /api/orders does with an Idempotency-Key: the first answer, or a new order.
+        tie = idempotency.Key(buyer, key, request_hash(body))
+        try:
+            again = await replays.replay(self.deps, tie)
+            if again is not None:
+                first = json.loads(again.body) if again.body is not None else again.view
+                assert first is not None
+                return await self.view(int(first["id"]))
+            if "lines" in body:
+                return await shop.place_shop_order(
+                    self.deps,
+                    buyer_id=buyer,
+                    lines=body["lines"],
+                    coupon_id=body.get("coupon_id"),
+                    key=tie,
+                )
+            return await shop.place_flash_order(
+                self.deps,
+                buyer_id=buyer,
+                flash_sale_id=body["flash_sale_id"],
+                quantity=body["quantity"],
+                key=tie,
+            )
+        except DueflowError as exc:
+            self.refused[f"order ({exc.code})"] += 1
+            return exc.code
+
+    async def on_sale(self) -> dict[int, int]:
+        ids = [sku_id for sku_id, _ in self.shop.skus.values()]
+        return {sku_id: (await shop.sku_view(self.deps, sku_id))["stock"] for sku_id in ids}
+
+    async def order_life(self, order: dict[str, Any], person: demo.Person, buyer: Any) -> None:
+        deps, rng, order_id = self.deps, self.rng, order["id"]
+        durations = deps.policy.durations(order["order_type"])
+        pay = order["pay_deadline"] - order["created_at"]
+        if rushes_to_pay(order, person):
+            paid = await self.act("payment", self.pay_online(order_id, buyer, 0.0))
+        else:
+            paid = await self.pay_by_habit(order, person.buyer, buyer, pay)
+        if not paid:
+            return
+        paid_at = await self.paid_at(order_id)
+        if paid_at is None or person.seller == "never_ships":
+            return
+        late = person.seller == "ships_late"
+        await self.at(
+            paid_at, rng.uniform(1.1, 1.3) if late else rng.uniform(0.1, 0.8), durations.ship
+        )
+        shipping = orders.ship(
+            deps,
+            order_id=order_id,
+            user_id=order["seller_id"],
+            carrier="SF",
+            tracking_no=f"SF{order_id:08d}",
+        )
+        if not await self.act("late shipping" if late else "shipping", shipping):
+            return
+        if person.confirms:  # else left to the confirm_receipt timer
+            shipped = await self.view(order_id)
+            await self.at(shipped["shipped_at"], rng.uniform(0.1, 0.8), durations.receive)
+            await self.act(
+                "confirm", orders.confirm_receipt(deps, order_id=order_id, user_id=buyer)
+            )
+
+
+async def open_shop(
+    deps: Deps, seller: int, other: int, buyers: Sequence[int], refused: Counter[str]
+) -> Shop:
+    """The coupon templates and the coupons issued to the buyers who ask (refusals counted in
+    ``refused``), then the seller's SKUs and flash sale and the other seller's kites: the shop
+    opens once everything is on sale."""
+    pay = deps.policy.durations(shop.SHOP_ORDER_TYPE).pay
+    templates = []
+    for title, off, minimum, valid, share in TEMPLATES:
+        now = deps.clock.now()
+        tpl = await shop.create_template(
+            deps,
+            seller_id=seller,
+            title=title,
+            amount_off=off,
+            min_amount=minimum,
+            valid_from=now,
+            valid_until=now + validity(valid, pay),
+            total=template_total(share, len(buyers)),
+        )
+        templates.append(tpl["id"])
+    coupons: dict[Any, list[Coupon]] = {}
+    for n, buyer in coupon_asks(buyers):
+        try:
+            got = await shop.issue_coupon(
+                deps, template_id=templates[n], issuer_id=seller, user_id=buyer
+            )
+        except DueflowError as exc:
+            refused[f"issue ({exc.code})"] += 1
+            continue
+        coupons.setdefault(buyer, []).append(
+            Coupon(got["id"], got["amount_off"], got["min_amount"])
+        )
+    skus: dict[str, tuple[int, Decimal]] = {}
+    for title, price, share in SKUS:
+        stock = sku_stock(title, share, len(buyers))
+        view = await shop.create_sku(deps, seller_id=seller, title=title, price=price, stock=stock)
+        skus[title] = (view["id"], view["price"])
+    kite = await shop.create_sku(deps, seller_id=other, title="kite", price="19.90", stock=5)
+    now = deps.clock.now()
+    sale = await shop.create_flash_sale(
+        deps,
+        seller_id=seller,
+        sku_id=skus[FLASH_SKU][0],
+        price=FLASH_PRICE,
+        stock=flash_units(len(buyers)),
+        starts_at=now + pay * FLASH_OPENS,
+        ends_at=now + pay * FLASH_CLOSES,
+        per_buyer_limit=FLASH_LIMIT,
+    )
+    stocked = {
+        sku_id: (await shop.sku_view(deps, sku_id))["stocked"] for sku_id, _ in skus.values()
+    }
+    return Shop(
+        skus, sale["id"], kite["id"], now, {**stocked, kite["id"]: 5}, sale["stocked"], coupons
+    )
+
+
+async def run(
+    *, buyers: int, speed: float, db: Path | None, seed: int, live: bool, console: Console
+) -> bool:
+    """Run the shop; True when every invariant held at every check."""
+    async with demo.fast_world(speed=speed, db=db) as world:
+        deps = world.deps
+        seller = (await accounts.add_user(deps, "shop"))[0].id
+        other = (await accounts.add_user(deps, "kites"))[0].id
+        people = [(await accounts.add_user(deps, f"buyer{i}"))[0].id for i in range(buyers)]
+        refused: Counter[str] = Counter()
+        the_shop = await open_shop(deps, seller, other, people, refused)
+        floor = ShopFloor(deps, random.Random(seed), world.sim, the_shop)
+        floor.refused.update(refused)
+        pay = deps.policy.durations(shop.SHOP_ORDER_TYPE).pay
+        flash = deps.policy.durations(shop.FLASH_ORDER_TYPE).pay
+        console.print(
+            f"dueflow demo --flow shop: {buyers} buyers, {len(SKUS)} SKUs, "
+            f"{len(TEMPLATES)} coupon templates, a flash sale of {the_shop.flash_stocked} "
+            f"{FLASH_SKU} (limit {FLASH_LIMIT} a buyer); dev profile at {speed:g}x (shop pay "
+            f"{pay}, flash pay {flash})"
+        )
+        promises = Promises()
+        async with demo.worker_running(deps):
+            stop = asyncio.Event()
+            watcher = asyncio.create_task(_watch(deps, floor, promises, speed, stop))
+            tasks = await _sell(floor, seller, people, pay)
+            if live:
+                with Live(console=console, refresh_per_second=4, transient=False) as view:
+                    await _settle(deps, tasks, view)
+            else:
+                await _settle(deps, tasks, None)
+            await asyncio.gather(*tasks)  # a buyer's unexpected error ends the demo loudly
+            stop.set()
+            await watcher
+        return await _summarise(deps, world.notifier, floor, promises, console, speed)
+
+
+async def _own_promises(deps: Deps, floor: Crowd, *, over: bool) -> dict[str, list[int]]:
+    the_shop = floor.shop
+    found = await demo_shop_checks.promises(
+        deps,
+        stocked=the_shop.stocked,
+        flash_stocked={the_shop.flash_sale_id: the_shop.flash_stocked},
+        over=over,
+    )
+    found[demo_shop_checks.REPEATS] = [n for n, same in enumerate(floor.repeats) if not same]
+    return found
+
+
+async def _watch(
+    deps: Deps, floor: Crowd, promises: Promises, speed: float, stop: asyncio.Event
+) -> None:
+    """Check the invariants again and again until ``stop``."""
+    while not stop.is_set():
+        engine = await report.check_invariants(
+            deps, tolerance_seconds=demo.invariant_tolerance(speed)
+        )
+        promises.add(engine, await _own_promises(deps, floor, over=False))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=CHECK_EVERY)
+
+
+async def _sell(
+    floor: ShopFloor, seller: int, people: Sequence[int], pay: timedelta
+) -> list[asyncio.Task[None]]:
+    """The buyers on time, the wrong turns first and the restock midway; the buyers' tasks."""
+    start = floor.shop.opened_at
+    tasks = [asyncio.create_task(floor.wrong_turns(people))]
+    for at, what, n, buyer in schedule(floor.rng, people):
+        await floor.at(start, at, pay)
+        if what == "restock":
+            await _restock(floor, seller)
+        elif what == "shop":
+            tasks.append(asyncio.create_task(floor.shop_buyer(buyer, n)))
+        else:
+            tasks.append(asyncio.create_task(floor.flash_buyer(buyer, n)))
+    return tasks
+
+
+async def _restock(floor: ShopFloor, seller: int) -> None:
+    """The seller puts as many posters on sale again as at the start."""
+    sku_id = floor.shop.skus[RESTOCKED][0]
+    first = floor.shop.stocked[sku_id]
+    view = await shop.restock(floor.deps, sku_id=sku_id, user_id=seller, quantity=first)
+    floor.shop.stocked[sku_id] = view["stocked"]
+
+
+async def _settle(deps: Deps, tasks: Sequence[asyncio.Task[None]], live: Live | None) -> None:
+    """Wait until every buyer is done, every order final and every notice sent, updating
+    ``live`` (if any) with the snapshot and the units."""
+    while True:
+        snap = await report.snapshot(deps)
+        if live is not None:
+            live.update(
+                Group(
+                    render.snapshot_table(snap, title="dueflow demo --flow shop (live)"),
+                    await demo_shop_checks.units_table(deps),
+                )
+            )
+        pending = sum(n for s, n in snap.orders.items() if not OrderStatus(s).is_final)
+        done = all(t.done() for t in tasks)
+        if done and pending == 0 and await demo_shop_checks.notices_due(deps) == 0:
+            return
+        await asyncio.sleep(0.2)
+
+
+async def _summarise(
+    deps: Deps,
+    notifier: LogNotifier,
+    floor: ShopFloor,
+    promises: Promises,
+    console: Console,
+    speed: float,
+) -> bool:
+    finals = [
+        (person, (await floor.view(order_id))["status"])
+        for order_id, person in floor.people.items()
+    ]
+    console.print(demo.outcomes_table(finals))
+    console.print(await demo_shop_checks.units_table(deps))
+    console.print(await _sale_table(deps, floor))
+    console.print(await demo.figures_table(deps, notifier, floor.refused, speed))
+    engine = await report.check_invariants(deps, tolerance_seconds=demo.invariant_tolerance(speed))
+    promises.add(engine, await _own_promises(deps, floor, over=True))
+    console.print(promises.table())
+    console.print(
+        "[green]all invariants hold[/green]" if promises.ok else "[red]invariants broken[/red]"
+    )
+    return promises.ok
+
+
+async def _sale_table(deps: Deps, floor: ShopFloor) -> Table:
+    kinds = Counter([(await floor.view(oid))["order_type"] for oid in floor.people])
+    table = Table("measure", "value", title="the sale")
+    table.add_row("orders placed", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    table.add_row(
+        "requests sent again under their key",
+        f"{len(floor.repeats)} (answered the first order: {sum(floor.repeats)})",
+    )
+    return table
