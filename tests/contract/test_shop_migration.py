@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -29,7 +29,7 @@ from dueflow import bootstrap
 from dueflow.clock import FakeClock
 from dueflow.config import load_settings
 from dueflow.domain import seating
-from dueflow.service import accounts, orders, payments, shop, tickets
+from dueflow.service import accounts, orders, payments, report, shop, tickets
 from dueflow.service.deps import Deps
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database, async_url
@@ -208,6 +208,15 @@ async def test_0010_keeps_every_order_and_adds_the_shop(empty_url: str) -> None:
         await db.dispose()
     async with _running(empty_url, clock, notifier) as deps:
         ids = await _seed_0009(deps, clock)
+        # Orders cancelled by 0009's code had no order_closed notice: make two such.
+        earlier = [ids["timed_out"], ids["seats_cancelled"]]
+        async with deps.db.write() as conn:
+            for table in (schema.timers, schema.reminders):
+                await conn.execute(
+                    delete(table).where(
+                        table.c.order_id.in_(earlier), table.c.kind == "order_closed"
+                    )
+                )
         before = await _every_row(deps.db, old_tables)
         o = schema.orders.c
         async with deps.db.read() as conn:
@@ -221,7 +230,30 @@ async def test_0010_keeps_every_order_and_adds_the_shop(empty_url: str) -> None:
         assert await migrate.revisions(deps.db) == {migrate.HEAD} == {"0010"}
         tables = await migrate.current_tables(deps.db) - {"alembic_version"}
         assert tables == old_tables | SHOP_TABLES
-        assert await _every_row(deps.db, old_tables) == before  # nothing changed
+        after = await _every_row(deps.db, old_tables)
+        assert {k: v for k, v in after.items() if k != "timers"} == {
+            k: v for k, v in before.items() if k != "timers"
+        }  # nothing changed but: the earlier cancels got a notice timer, done, saying so
+        assert after["timers"][: len(before["timers"])] == before["timers"]
+        t = schema.timers.c
+        async with deps.db.read() as conn:
+            added = (
+                await conn.execute(
+                    select(t.order_id, t.kind, t.state, t.outcome)
+                    .where(t.id > max(row[0] for row in before["timers"]))
+                    .order_by(t.order_id)
+                )
+            ).all()
+        assert [tuple(r) for r in added] == [
+            (
+                oid,
+                "order_closed",
+                "done",
+                "not sent: cancelled before dueflow sent order_closed notices",
+            )
+            for oid in sorted(earlier)
+        ]
+        assert (await report.check_invariants(deps, tolerance_seconds=0)).ok
         assert await _every_row(deps.db, SHOP_TABLES) == {name: [] for name in SHOP_TABLES}
         assert await _schema_differences(deps.db) == []
         await _checks_refuse(deps, user_id=ids["buyer"], order_id=ids["unpaid"])
@@ -229,7 +261,7 @@ async def test_0010_keeps_every_order_and_adds_the_shop(empty_url: str) -> None:
         await _downgrade(deps.db, "0009")
         assert await migrate.revisions(deps.db) == {"0009"}
         assert await migrate.current_tables(deps.db) - {"alembic_version"} == old_tables
-        assert await _every_row(deps.db, old_tables) == before
+        assert await _every_row(deps.db, old_tables) == after
 
         await migrate.upgrade(deps.db)
         assert await _schema_differences(deps.db) == []

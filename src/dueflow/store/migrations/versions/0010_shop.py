@@ -168,8 +168,81 @@ def upgrade() -> None:
     with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
         batch_op.create_index("ix_idempotency_keys_created_at", ["created_at"], unique=False)
 
+    _notices_for_earlier_cancels()
+
+
+#: Cancelled orders and the timers table, as this revision knows them.
+_orders = sa.table(
+    "orders",
+    sa.column("id"),
+    sa.column("status"),
+    sa.column("cancelled_at"),
+    sa.column("updated_at"),
+)
+_timers = sa.table(
+    "timers",
+    sa.column("order_id"),
+    sa.column("kind"),
+    sa.column("deadline_at"),
+    sa.column("due_at"),
+    sa.column("state"),
+    sa.column("attempts"),
+    sa.column("stuck"),
+    sa.column("outcome"),
+    sa.column("created_at"),
+    sa.column("done_at"),
+)
+_CANCELLED = ("cancelled_unpaid", "cancelled_unshipped", "cancelled_paid")
+
+
+def _notices_for_earlier_cancels() -> None:
+    """From this revision every cancel writes an ``order_closed`` notice timer. Orders cancelled
+    before it get one already done, saying no notice went out, so every cancelled order has
+    exactly one and the invariant holds for old data too."""
+    when = sa.func.coalesce(_orders.c.cancelled_at, _orders.c.updated_at)
+    told = (
+        sa.select(_timers.c.order_id)
+        .where(_timers.c.order_id == _orders.c.id, _timers.c.kind == "order_closed")
+        .exists()
+    )
+    earlier = sa.select(
+        _orders.c.id,
+        sa.literal("order_closed"),
+        when,
+        when,
+        sa.literal("done"),
+        sa.literal(0),
+        sa.false(),
+        sa.literal("not sent: cancelled before dueflow sent order_closed notices"),
+        when,
+        when,
+    ).where(_orders.c.status.in_(_CANCELLED), ~told)
+    op.execute(
+        _timers.insert().from_select(
+            [
+                "order_id",
+                "kind",
+                "deadline_at",
+                "due_at",
+                "state",
+                "attempts",
+                "stuck",
+                "outcome",
+                "created_at",
+                "done_at",
+            ],
+            earlier,
+        )
+    )
+
 
 def downgrade() -> None:
+    # 0009 knows no order_closed timer kind: none may be left waiting for it.
+    op.execute(
+        _timers.delete().where(
+            _timers.c.kind == "order_closed", _timers.c.state.in_(("scheduled", "claimed"))
+        )
+    )
     # Dropping a table drops its indexes; dropping them first fails on MariaDB, where each
     # foreign key needs its index for as long as the table exists.
     for table in (
