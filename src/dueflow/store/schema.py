@@ -115,6 +115,8 @@ order_lines = Table(
     Column("label", String(200), nullable=False),  # what the buyer saw: a title, a seat label
     Column("quantity", Integer, nullable=False),
     Column("price", Money, nullable=False),  # each
+    # What holds a SKU, a flash sale or a coupon (the admin pages and the invariants).
+    Index("ix_order_lines_kind_item_id", "kind", "item_id"),
 )
 
 shows = Table(

@@ -168,6 +168,7 @@ def upgrade() -> None:
     with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
         batch_op.create_index("ix_idempotency_keys_created_at", ["created_at"], unique=False)
 
+    op.create_index("ix_order_lines_kind_item_id", "order_lines", ["kind", "item_id"])
     _notices_for_earlier_cancels()
 
 
@@ -237,6 +238,7 @@ def _notices_for_earlier_cancels() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_order_lines_kind_item_id", table_name="order_lines")
     # 0009 knows no order_closed timer kind: none may be left waiting for it.
     op.execute(
         _timers.delete().where(
