@@ -172,11 +172,14 @@ async def cancelled(db: Database) -> int:
 
 
 async def outcome(db: Database) -> dict[str, Any]:
-    """Lateness per done timer, goods released, cancel events."""
+    """Lateness per done cancel timer, goods released, cancel events."""
     async with db.engine.connect() as conn:
         rows = (
             await conn.execute(
-                select(timers.c.deadline_at, timers.c.done_at).where(timers.c.state == "done")
+                # The cancels only: each cancel writes an order_closed notice timer too.
+                select(timers.c.deadline_at, timers.c.done_at).where(
+                    timers.c.state == "done", timers.c.kind == "cancel_unpaid"
+                )
             )
         ).all()
         released = (

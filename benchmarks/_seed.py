@@ -9,8 +9,9 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -83,6 +84,64 @@ def seed_unpaid(path: Path, count: int, due: datetime, *, chunk: int = 50_000) -
             )
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
+
+
+#: Rows to write, per table (parents first): its column names and its rows of Python values.
+Tables = Mapping[str, tuple[Sequence[str], Iterable[Sequence[object]]]]
+
+
+def sqlite_value(value: object) -> object:
+    """A Python value as dueflow's SQLite columns hold it: times as naive UTC text, money as
+    text, booleans as 0/1."""
+    if isinstance(value, datetime):
+        return stamp(value)
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def write_sqlite(path: Path, tables: Tables) -> None:
+    """Insert every table's rows in one transaction (executemany, WAL, no fsync)."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=OFF")
+    with conn:
+        for table, (columns, rows) in tables.items():
+            marks = ", ".join("?" * len(columns))
+            conn.executemany(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})",
+                ([sqlite_value(v) for v in row] for row in rows),
+            )
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+async def copy_postgres(url: str, tables: Tables) -> None:
+    """COPY every table's rows (times as naive UTC), move each id sequence past them, ANALYZE."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        async with conn.transaction():
+            for table, (columns, rows) in tables.items():
+                records = [
+                    [
+                        v.astimezone(UTC).replace(tzinfo=None) if isinstance(v, datetime) else v
+                        for v in row
+                    ]
+                    for row in rows
+                ]
+                await conn.copy_records_to_table(table, records=records, columns=list(columns))
+                if "id" in columns:
+                    await conn.execute(
+                        f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                        f"(SELECT max(id) FROM {table}))"
+                    )
+        await conn.execute("ANALYZE")
+    finally:
+        await conn.close()
 
 
 def set_due(path: Path, due: datetime) -> None:
