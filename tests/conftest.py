@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 import os
 import shutil
 import threading
@@ -156,6 +157,17 @@ class World:
             lines=[{"sku_id": k, "quantity": q} for k, q in lines.items()],
             coupon_id=coupon,
         )
+
+
+@pytest.fixture(autouse=True)
+def _dueflow_log_level() -> Iterator[None]:
+    """Every test finds the ``dueflow`` logger at the level it had: a demo run in process
+    (``dueflow demo`` through CliRunner) quiets it for good, and the tests after it that read
+    their logs (caplog) would find nothing."""
+    logger = logging.getLogger("dueflow")
+    level = logger.level
+    yield
+    logger.setLevel(level)
 
 
 @pytest.fixture(scope="session")

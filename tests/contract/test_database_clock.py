@@ -68,11 +68,18 @@ async def test_a_fast_worker_cancels_at_the_databases_deadline(backend_world: Wo
     assert (await order_row(world, order_id)).status == "pending_payment"  # type: ignore[attr-defined]
 
     advance(world, wall, timedelta(seconds=20))
-    assert await worker.drain() == 1  # cancel_unpaid
+    assert await worker.drain() == 2  # cancel_unpaid, then the notice it wrote
     row = await order_row(world, order_id)
     assert row.status == "cancelled_unpaid"  # type: ignore[attr-defined]
-    # The recorded time is the database's, not the worker's minute-fast one.
+    # The recorded time is the database's, not the worker's minute-fast one: the cancel's, and
+    # the notice it wrote, due at once by the same clock.
     assert row.cancelled_at == world.clock.now()  # type: ignore[attr-defined]
+    [notice] = [
+        t
+        for t in (await orders.order_view(world.deps, order_id))["timers"]
+        if t["kind"] == "order_closed"
+    ]
+    assert (notice["state"], notice["due_at"]) == ("done", world.clock.now())
 
 
 async def test_the_offset_is_measured_against_the_real_server(backend_url: str) -> None:

@@ -596,6 +596,20 @@ async def test_a_short_pay_deadline_fires_through_rabbitmq(real_time_db, prefix,
         assert await worker.deliver(ids) == 1
         await trigger.ack(ids)
         assert await order_status(deps, order_id) == "cancelled_unpaid"
+        # the cancel armed the notice it wrote, due at once: it comes through RabbitMQ too
+        async with deps.db.read() as conn:
+            [notice] = [
+                t
+                for t in await timers.for_order(conn, order_id)
+                if t.kind == TimerKind.ORDER_CLOSED.value
+            ]
+        deadline = time.monotonic() + 3
+        ids = []
+        while notice.id not in ids and time.monotonic() < deadline:
+            ids = await trigger.wait(deps.clock, deps.clock.now() + deps.max_idle) or []
+        assert notice.id in ids
+        assert await worker.deliver(ids) == 1
+        await trigger.ack(ids)
     assert await depths(admin, trigger) == {}
 
 

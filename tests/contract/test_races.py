@@ -29,7 +29,15 @@ from dueflow.service import accounts, orders, payments
 from dueflow.service.deps import Deps
 from dueflow.service.payments import PaymentOutcome
 from dueflow.service.report import check_invariants
-from dueflow.store.schema import discrepancies, goods, order_events, refunds, reviews, timers
+from dueflow.store.schema import (
+    discrepancies,
+    goods,
+    order_events,
+    refunds,
+    reminders,
+    reviews,
+    timers,
+)
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import payments as t_payments
 from dueflow.worker.runner import Worker
@@ -350,12 +358,18 @@ async def test_overlapping_deliveries_scans_and_drains_act_once_per_timer(world,
     bodies = [deliverer(seed) for seed in range(6)] + [scan, drain]
     (outcomes,) = await asyncio.to_thread(contend, settings, now, bodies)
     assert [o.error for o in outcomes] == [None] * len(bodies)
-    found = await rows(world.deps, select(timers).where(timers.c.id.in_(ids)))
+    order_ids = sorted(o for o, _ in placed)
+    mine = select(timers).where(timers.c.order_id.in_(order_ids))
+    found = await rows(world.deps, mine)  # the 60, and the notice each cancel wrote
     done = [t for t in found if t.state == "done"]
     assert sum(o.value for o in outcomes) == len(done), "every timer claimed at most once"
+    assert sorted(t.order_id for t in found if t.kind == "order_closed") == order_ids
     for t in found:
         if t.kind == "cancel_unpaid":
             assert (t.state, t.outcome, t.attempts) == ("done", "cancelled", 1), t
+        elif t.kind == "order_closed":  # due at once: sent by the drain, or waiting for one
+            sent_or_waiting = {("done", "sent", 1), ("scheduled", None, 0)}
+            assert (t.state, t.outcome, t.attempts) in sent_or_waiting, t
         elif t.state == "done":  # claimed and run: too late to remind
             assert t.outcome.startswith("skipped: order is") and t.attempts == 1, t
         else:  # still scheduled when its order was cancelled
@@ -364,6 +378,15 @@ async def test_overlapping_deliveries_scans_and_drains_act_once_per_timer(world,
         assert (await order_row(world.deps, order_id)).status == "cancelled_unpaid"
         assert (await goods_row(world.deps, goods_id)).reserved_order_id is None
         assert await events(world.deps, order_id) == Counter(place=1, pay_timeout=1, released=1)
+    # One more drain sends the notices no drain saw yet: every buyer told once.
+    world.clock.set(now)
+    await world.worker.drain()
+    notices = await rows(world.deps, mine.where(timers.c.kind == "order_closed"))
+    assert {(t.state, t.outcome, t.attempts) for t in notices} == {("done", "sent", 1)}
+    told = select(reminders.c.order_id).where(
+        reminders.c.kind == "order_closed", reminders.c.state == "sent"
+    )
+    assert sorted(r.order_id for r in await rows(world.deps, told)) == order_ids
     await assert_invariants(world.deps)
 
 
@@ -468,7 +491,7 @@ async def test_ship_seller_cancel_and_ship_timeout_at_once_exactly_one_wins(worl
             assert seen == Counter(place=1, pay=1, ship=1)
             continue
         assert order.status == "cancelled_unshipped", order.status
-        assert live == []
+        assert live == ["order_closed"]  # the buyer's notice, written by the one cancel
         assert isinstance(shipped.error, InvalidTransition), shipped
         assert (item.status, item.reserved_order_id) == ("off_sale", None)
         assert "confirm_receipt" not in tmrs

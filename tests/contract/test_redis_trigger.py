@@ -341,6 +341,14 @@ async def test_full_path_place_wait_deliver_ack(
 
     assert await status(world, order_id) == "cancelled_unpaid"
     assert await processing(r, prefix) == {}
+    # the cancel armed the notice it wrote, due at once; it goes the same way
+    notice_id = (await timer_ids(world, order_id))[TimerKind.ORDER_CLOSED]
+    assert await due(r, prefix) == {str(notice_id): to_ms(world.clock.now(), up=True)}
+    assert await trigger.wait(world.clock, world.clock.now()) == [notice_id]
+    await world.worker.deliver([notice_id])
+    await trigger.ack([notice_id])
+    assert [(n.kind, n.reason) for n in world.notifier.sent] == [("order_closed", "pay_timeout")]
+    assert await processing(r, prefix) == {}
     assert await due(r, prefix) == {}
 
 

@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import func, insert, select, text
 
 from dueflow.store.db import Database
-from dueflow.store.schema import goods, order_events, orders, timers, users
+from dueflow.store.schema import goods, order_events, orders, reminders, timers, users
 from tests.conftest import SERVICE_URLS, _reset_server_database, eventually, require_service
 
 DUEFLOW = Path(sys.executable).parent / "dueflow"
@@ -135,6 +135,21 @@ async def scalar(db: Database, query) -> int:
         return int((await conn.execute(query)).scalar_one())
 
 
+#: Cancellations done (the timers the test seeds).
+CANCELS_DONE = (
+    select(func.count())
+    .select_from(timers)
+    .where(timers.c.kind == "cancel_unpaid", timers.c.state == "done")
+)
+#: Every timer done: the cancels, and the order_closed notice each cancel wrote.
+ALL_DONE = select(func.count()).select_from(timers).where(timers.c.state == "done")
+
+
+async def all_done(db: Database, count: int) -> bool:
+    """``count`` seeded cancels and their ``count`` notices are all done."""
+    return await scalar(db, ALL_DONE) == 2 * count
+
+
 async def all_cancelled_once(db: Database, count: int) -> None:
     cancelled = (
         select(func.count()).select_from(orders).where(orders.c.status == "cancelled_unpaid")
@@ -156,6 +171,15 @@ async def all_cancelled_once(db: Database, count: int) -> None:
     assert await scalar(db, held) == 0
     live = select(func.count()).select_from(timers).where(timers.c.state != "done")
     assert await scalar(db, live) == 0
+    # each buyer told once: one notice timer and one sent notice per order
+    notices = select(func.count()).select_from(timers).where(timers.c.kind == "order_closed")
+    assert await scalar(db, notices) == count
+    told = (
+        select(func.count())
+        .select_from(reminders)
+        .where(reminders.c.kind == "order_closed", reminders.c.state == "sent")
+    )
+    assert await scalar(db, told) == count
 
 
 async def test_sigkill_one_of_three_workers_mid_batch(pg, tmp_path):
@@ -163,18 +187,17 @@ async def test_sigkill_one_of_three_workers_mid_batch(pg, tmp_path):
     await seed_due(pg, count)
     workers = [start_worker(tmp_path / f"worker{n}.log") for n in range(3)]
     try:
-        done = select(func.count()).select_from(timers).where(timers.c.state == "done")
         claimed = select(func.count()).select_from(timers).where(timers.c.state == "claimed")
 
         async def midway() -> bool:
-            return 0 < await scalar(pg, done) < count and await scalar(pg, claimed) > 0
+            return 0 < await scalar(pg, CANCELS_DONE) < count and await scalar(pg, claimed) > 0
 
         assert await eventually(midway, 30), "the workers never got going"
         workers[0].send_signal(signal.SIGKILL)
         workers[0].wait(timeout=10)
 
         async def finished() -> bool:
-            return await scalar(pg, done) == count
+            return await all_done(pg, count)
 
         assert await eventually(finished, 60), "timers left undone after the kill"
     finally:
@@ -189,10 +212,9 @@ async def test_dropped_database_connections_are_survived(pg, tmp_path):
     await seed_due(pg, 100)
     worker = start_worker(tmp_path / "worker.log")
     try:
-        done = select(func.count()).select_from(timers).where(timers.c.state == "done")
 
         async def first_done() -> bool:
-            return await scalar(pg, done) == 100
+            return await all_done(pg, 100)
 
         assert await eventually(first_done, 30)
         async with pg.engine.connect() as conn:
@@ -207,7 +229,7 @@ async def test_dropped_database_connections_are_survived(pg, tmp_path):
         await seed_due(pg, 100, start=101)
 
         async def second_done() -> bool:
-            return await scalar(pg, done) == 200
+            return await all_done(pg, 200)
 
         assert await eventually(second_done, 30), (tmp_path / "worker.log").read_text()[-3000:]
     finally:
@@ -216,21 +238,20 @@ async def test_dropped_database_connections_are_survived(pg, tmp_path):
     await all_cancelled_once(pg, 200)
 
 
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = os.environ.get("DUEFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 
 async def lose_midway(pg: Database, count: int, lose) -> None:
-    done = select(func.count()).select_from(timers).where(timers.c.state == "done")
 
     async def midway() -> bool:
-        return 0 < await scalar(pg, done) < count
+        return 0 < await scalar(pg, CANCELS_DONE) < count
 
     assert await eventually(midway, 30), "the workers never got going"
     await lose()
 
     async def finished() -> bool:
-        return await scalar(pg, done) == count
+        return await all_done(pg, count)
 
     assert await eventually(finished, 60), "timers left undone after the trigger lost them"
 

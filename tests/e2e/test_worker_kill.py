@@ -248,7 +248,12 @@ def test_sigkill_mid_batch_loses_nothing_and_does_nothing_twice(
         # the killed batch was claimed twice (by the killed worker, then the scanner), no more
         assert count("SELECT max(attempts) FROM timers") == 2
         assert count("SELECT count(*) FROM timers WHERE attempts = 2") >= left_claimed
-        assert count("SELECT count(*) FROM reminders") == 0  # all were too late to send
+        # every reminder was too late to send; every buyer was told the order closed, once
+        assert count("SELECT count(*) FROM reminders WHERE kind = 'pay_reminder'") == 0
+        told = "SELECT count(*) FROM reminders WHERE kind = 'order_closed' AND state = 'sent'"
+        assert count(told) == ORDERS
+        notices = "SELECT count(*) FROM timers WHERE kind = 'order_closed' AND state = 'done'"
+        assert count(notices) == ORDERS
 
 
 def test_sigterm_stops_after_the_batch_and_exits_zero(backlog: Path, tmp_path: Path) -> None:

@@ -76,18 +76,25 @@ def test_worker_serves_its_metrics_on_the_port_it_prints(
         assert printed is not None
         url = f"http://127.0.0.1:{printed[1]}/metrics"
         done = 'dueflow_orders{status="cancelled_unpaid"} 1.0'
-        assert eventually_sync(lambda: done in scrape(url), 30, 0.1), log.read_text()
+        told = 'dueflow_timers_fired_total{kind="order_closed",result="ran"} 1.0'
+
+        def cancelled_and_told() -> bool:
+            text = scrape(url)
+            return done in text and told in text
+
+        assert eventually_sync(cancelled_and_told, 30, 0.1), log.read_text()
         text = scrape(url)
         for family in NEW_FAMILIES:
             assert f"# TYPE {family} " in text, family
         for operation in ("arm", "wait", "ack", "feed"):  # at 0 from the start
             errors = f'dueflow_trigger_errors_total{{operation="{operation}",trigger="db"}}'
             assert f"{errors} 0.0" in text
-        # Whoever claimed them (claim loop or scanner), each kind's handler ran once.
-        for kind in ("cancel_unpaid", "pay_reminder"):
+        # Whoever claimed them (claim loop or scanner), each kind's handler ran once: the
+        # cancel, the reminder, and the notice the cancel wrote.
+        for kind in ("cancel_unpaid", "pay_reminder", "order_closed"):
             assert f'dueflow_timer_handler_duration_seconds_count{{kind="{kind}"}} 1.0' in text
             assert f'dueflow_timers_fired_total{{kind="{kind}",result="ran"}} 1.0' in text
-        assert "dueflow_timer_batch_size_sum 2.0" in text
+        assert "dueflow_timer_batch_size_sum 3.0" in text
         assert "dueflow_scanner_passes_total 1.0" in text
         assert "dueflow_timers_overdue 0.0" in text
         assert httpx.get(url.removesuffix("metrics") + "other", timeout=2).status_code == 404

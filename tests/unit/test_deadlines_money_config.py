@@ -432,9 +432,23 @@ def test_env_order_types_json(clean_env):
     assert policy.pay_deadline("normal", T0) == T0 + timedelta(minutes=20)
     assert policy.pay_deadline("auction", T0) == T0 + timedelta(minutes=2)
     assert policy.reminder_at("auction", T0) == T0 + timedelta(minutes=1)
-    # the override replaces the defaults: flash is no longer known
+    # the overrides layer over the defaults: the server's own types keep theirs
+    assert policy.pay_deadline("flash", T0) == T0 + timedelta(minutes=5)
+    assert policy.reminder_at("flash", T0) == T0 + timedelta(minutes=2)
+    assert policy.pay_deadline("shop", T0) == T0 + timedelta(minutes=15)
+    assert policy.pay_deadline("ticket", T0) == T0 + timedelta(minutes=15)
     with pytest.raises(InvalidInput):
-        policy.durations("flash")
+        policy.durations("bulk")
+
+
+def test_env_order_types_set_one_stage_of_a_server_type(clean_env):
+    clean_env.setenv("DUEFLOW_ORDER_TYPES", json.dumps({"shop": {"pay": "10s"}}))
+    policy = load_settings().deadline_policy()
+    assert policy.pay_deadline("shop", T0) == T0 + timedelta(seconds=10)
+    # what the override does not name is the shop type's default, then the profile's
+    assert policy.ship_deadline("shop", T0) == T0 + timedelta(days=3)
+    assert policy.pay_deadline("flash", T0) == T0 + timedelta(minutes=5)
+    assert policy.pay_deadline("normal", T0) == T0 + timedelta(minutes=30)
 
 
 def test_env_order_types_without_normal_still_has_normal(clean_env):

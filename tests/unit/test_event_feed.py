@@ -267,9 +267,11 @@ async def test_a_database_down_for_long_is_retried_with_backoff_and_one_tracebac
     stop, wake = asyncio.Event(), asyncio.Event()
     loop = asyncio.create_task(events.run_sequencer(world.deps, stop, wake))
     try:
-        assert await eventually(lambda: failures["n"] == 1)
+        # Each time, wait until the loop is asleep: moving the clock before it reads the time
+        # for its pause would push the pause out by the move.
+        assert await eventually(lambda: failures["n"] == 1 and world.clock.sleepers >= 1)
         world.clock.advance(1.5)  # past the first pause of 1 s, not the second of 2 s
-        assert await eventually(lambda: failures["n"] == 2)
+        assert await eventually(lambda: failures["n"] == 2 and world.clock.sleepers >= 1)
         world.clock.advance(1.5)
         assert await eventually(lambda: world.clock.sleepers >= 1)
         assert failures["n"] == 2  # asleep again, waiting out its 2 s

@@ -1,4 +1,4 @@
-"""The marketplace transition table, exhaustively: every (status, event) pair."""
+"""The marketplace and shop transition tables, exhaustively: every (status, event) pair."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dueflow.domain.lifecycle import (
     FINAL_STATUSES,
     LIFECYCLES,
     MARKETPLACE,
+    SHOP,
     OrderEvent,
     OrderStatus,
     lifecycle,
@@ -111,3 +112,60 @@ def test_unknown_lifecycle_is_invalid_input():
         lifecycle("nope")
     assert "nope" in str(info.value)
     assert info.value.code == "invalid_input"
+
+
+# The shop flow (issue 11), written out independently of the code: shipped and received as in
+# the marketplace, completed at receipt (no reviews, no received stage).
+SHOP_EXPECTED: dict[tuple[OrderStatus, OrderEvent], OrderStatus] = {
+    (S.PENDING_PAYMENT, E.PAY): S.PENDING_SHIPMENT,
+    (S.PENDING_PAYMENT, E.BUYER_CANCEL): S.CANCELLED_UNPAID,
+    (S.PENDING_PAYMENT, E.PAY_TIMEOUT): S.CANCELLED_UNPAID,
+    (S.PENDING_SHIPMENT, E.SHIP): S.SHIPPED,
+    (S.PENDING_SHIPMENT, E.SHIP_TIMEOUT): S.CANCELLED_UNSHIPPED,
+    (S.PENDING_SHIPMENT, E.SELLER_CANCEL): S.CANCELLED_UNSHIPPED,
+    (S.SHIPPED, E.CONFIRM_RECEIPT): S.COMPLETED,
+    (S.SHIPPED, E.RECEIVE_TIMEOUT): S.COMPLETED,
+}
+
+
+@pytest.mark.parametrize(("status", "event"), ALL_PAIRS, ids=lambda v: v.value)
+def test_every_shop_pair(status, event):
+    if (status, event) in SHOP_EXPECTED:
+        assert SHOP.next_status(status, event) is SHOP_EXPECTED[(status, event)]
+        return
+    with pytest.raises(InvalidTransition) as info:
+        SHOP.next_status(status, event)
+    assert info.value.status == status.value
+    assert status.value in info.value.message
+    assert info.value.code == "invalid_transition"
+
+
+def test_shop_table_has_nothing_beyond_the_design():
+    assert dict(SHOP.moves) == SHOP_EXPECTED
+    assert SHOP.statuses == {
+        S.PENDING_PAYMENT,
+        S.PENDING_SHIPMENT,
+        S.SHIPPED,
+        S.COMPLETED,
+        S.CANCELLED_UNPAID,
+        S.CANCELLED_UNSHIPPED,
+    }
+    assert {s for s in SHOP.statuses if s.is_final} == {
+        S.COMPLETED,
+        S.CANCELLED_UNPAID,
+        S.CANCELLED_UNSHIPPED,
+    }
+    assert {src for (src, _ev) in SHOP.moves} == SHOP.statuses - FINAL_STATUSES
+
+
+def test_shop_has_no_reviews_and_no_show():
+    for event in (E.REVIEWS_COMPLETE, E.REVIEW_TIMEOUT, E.SHOW_CANCEL):
+        assert SHOP.sources(event) == frozenset()
+    assert S.RECEIVED not in SHOP.statuses
+
+
+def test_shop_stages_are_the_marketplace_ones_up_to_receipt():
+    assert set(SHOP.stages) == {S.PENDING_PAYMENT, S.PENDING_SHIPMENT, S.SHIPPED}
+    for status, stage in SHOP.stages.items():
+        assert stage == MARKETPLACE.stages[status]
+    assert lifecycle("shop") is SHOP

@@ -9,7 +9,10 @@ from dueflow.store.schema import metadata
 
 def test_head_constant_matches_the_scripts():
     scripts = ScriptDirectory.from_config(migrate.alembic_config())
-    assert scripts.get_current_head() == migrate.HEAD
+    assert scripts.get_current_head() == migrate.HEAD == "0010"  # the shop
+    # one line of revisions, 0001 to the head, each on the one before
+    line = [s.revision for s in scripts.walk_revisions()]
+    assert line == [f"{n:04d}" for n in range(10, 0, -1)]
 
 
 async def test_migrations_create_exactly_the_schema(tmp_path):
@@ -19,6 +22,8 @@ async def test_migrations_create_exactly_the_schema(tmp_path):
         await migrate.upgrade(db)
         assert await migrate.at_head(db)
         assert await migrate.current_tables(db) == set(metadata.tables) | {"alembic_version"}
+        shop = {"skus", "flash_sales", "flash_buyers", "coupon_templates", "coupons"}
+        assert shop | {"idempotency_keys"} <= await migrate.current_tables(db)
         await migrate.upgrade(db)  # idempotent
     finally:
         await db.dispose()

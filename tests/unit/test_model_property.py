@@ -6,7 +6,8 @@ moves a FakeClock by seconds to days, drains the worker, runs scanner passes and
 timer ids again. After every step:
 
 * the database equals the model: statuses, deadlines, holds, timers, refunds, discrepancies,
-  reviews, reminders and every order's timeline (so nothing happened twice or not at all);
+  reviews, reminders, order-closed notices and every order's timeline (so nothing happened
+  twice or not at all);
 * the structural promises hold as they stand (no goods held by a cancelled order, none held by two
   live orders, every paid-after-cancel payment refunded exactly once, ...);
 * a copy of the database is drained by a worker at the same instant, and then
@@ -137,6 +138,8 @@ class MOrder:
     discrepancies: list[str] = field(default_factory=list)
     reviews: dict[str, tuple[bool, int]] = field(default_factory=dict)  # role: (default, rating)
     reminder_sent: bool = False
+    #: the buyer was told the order closed (the notice every cancel writes)
+    closed_sent: bool = False
     events: list[str] = field(default_factory=list)
 
 
@@ -171,6 +174,7 @@ class Model:
         assert (item.status, item.holder) == ("on_sale", order.id)
         item.holder = None
         self.cancel_scheduled(order)
+        self.schedule(order, "order_closed", self.now)  # the buyer's notice, due at once
         order.events += [reason, "released"]
 
     def pay(self, order: MOrder) -> str:
@@ -196,6 +200,7 @@ class Model:
         created = order.paid_attempts - order.refunds
         order.refunds = order.paid_attempts  # every paid attempt is refunded, once
         self.cancel_scheduled(order)
+        self.schedule(order, "order_closed", self.now)
         order.events += [reason, "released"] + ["refund_created"] * created
 
     def ship(self, order: MOrder) -> None:
@@ -223,6 +228,12 @@ class Model:
         """A scheduled, due timer runs its handler."""
         state, due = order.timers[kind]
         assert state == "scheduled" and due <= self.now
+        if kind == "order_closed":
+            # a cancelled order never moves again: its notice always goes out, once
+            assert order.status in CANCELLED
+            order.timers[kind] = ("done", due)
+            order.closed_sent = True
+            return
         assert order.status == STAGE_OF[kind]
         order.timers[kind] = ("done", due)
         if kind == "pay_reminder":
@@ -283,7 +294,15 @@ class Model:
             "reviews": {
                 (o.id, role): r for o in self.orders.values() for role, r in o.reviews.items()
             },
-            "reminders": {o.id: "sent" for o in self.orders.values() if o.reminder_sent},
+            "reminders": {
+                (o.id, kind): "sent"
+                for o in self.orders.values()
+                for kind, sent in (
+                    ("pay_reminder", o.reminder_sent),
+                    ("order_closed", o.closed_sent),
+                )
+                if sent
+            },
             "events": {o.id: o.events for o in self.orders.values()},
         }
 
@@ -335,7 +354,7 @@ def db_snapshot(engine: Engine) -> dict[str, Any]:
         "refunds": dict(Counter(r.order_id for r in refund_rows)),
         "discrepancies": sorted((d.order_id, d.kind) for d in odd),
         "reviews": {(r.order_id, r.role): (r.is_default, r.rating) for r in review_rows},
-        "reminders": {r.order_id: r.state for r in reminder_rows},
+        "reminders": {(r.order_id, r.kind): r.state for r in reminder_rows},
         "events": events,
     }
 
@@ -691,8 +710,12 @@ class OrderLife(RuleBasedStateMachine):
     @invariant()
     def database_is_the_model(self) -> None:
         assert db_snapshot(self.engine) == self.model.snapshot()
-        sent = Counter(r.order_id for r in self.notifier.sent)
-        assert sent == Counter(o.id for o in self.model.orders.values() if o.reminder_sent)
+        sent = Counter((r.order_id, r.kind, r.reason) for r in self.notifier.sent)
+        model = self.model.orders.values()
+        assert sent == Counter(
+            [(o.id, "pay_reminder", None) for o in model if o.reminder_sent]
+            + [(o.id, "order_closed", o.cancel_reason) for o in model if o.closed_sent]
+        )
         structural_invariants(self.engine)
 
     @invariant()

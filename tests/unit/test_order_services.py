@@ -15,7 +15,7 @@ from dueflow.exceptions import (
     NotAllowed,
     NotFound,
 )
-from dueflow.service import orders, payments
+from dueflow.service import orders, payments, shop
 from dueflow.service.orders import order_view
 from dueflow.store import payments as payment_store
 from dueflow.store import schema
@@ -107,12 +107,15 @@ async def test_place_order_holds_goods_and_schedules_timers(world):
     assert view["payments"] == [] and view["refunds"] == [] and view["reviews"] == []
 
 
-async def test_place_flash_order_has_short_pay_deadline(world):
-    _, order_id = await place(world, order_type="flash")
-    view = await order_view(world.deps, order_id)
-    assert view["order_type"] == "flash"
+async def test_a_flash_sale_order_has_the_flash_types_short_pay_deadline(world):
+    # The buyer no longer picks the order type: buying from a flash sale makes it ``flash``.
+    sale_id = await world.flash_sale(await world.sku(), stock=5)
+    view = await shop.place_flash_order(
+        world.deps, buyer_id=world.buyer, flash_sale_id=sale_id, quantity=1
+    )
+    assert (view["order_type"], view["flow"]) == ("flash", "shop")
     assert view["pay_deadline"] == START + timedelta(minutes=5)
-    found = await timers_by_kind(world, order_id)
+    found = await timers_by_kind(world, view["id"])
     assert found["cancel_unpaid"].due_at == START + timedelta(minutes=5)
     assert found["pay_reminder"].due_at == START + timedelta(minutes=2)
 
@@ -161,16 +164,6 @@ async def test_place_order_unknown_goods_or_buyer(world):
     assert await snapshot(world) == before
 
 
-async def test_place_order_unknown_order_type(world):
-    goods_id = await world.goods()
-    before = await snapshot(world)
-    with pytest.raises(InvalidInput, match="bulk"):
-        await orders.place_order(
-            world.deps, buyer_id=world.buyer, goods_id=goods_id, order_type="bulk"
-        )
-    assert await snapshot(world) == before
-
-
 async def test_order_view_unknown_order(world):
     with pytest.raises(NotFound):
         await order_view(world.deps, 12345)
@@ -203,10 +196,14 @@ async def test_buyer_cancel_releases_goods_and_cancels_timers(world):
     item = await goods_row(world, goods_id)
     assert item.reserved_order_id is None
     assert item.status == "on_sale"
-    assert {t["kind"]: t["state"] for t in view["timers"]} == {
-        "cancel_unpaid": "cancelled",
-        "pay_reminder": "cancelled",
+    # the buyer's notice is written as a timer due now, in the cancel's transaction
+    timers = {t["kind"]: (t["state"], t["due_at"]) for t in view["timers"]}
+    assert timers == {
+        "cancel_unpaid": ("cancelled", START + timedelta(minutes=30)),
+        "pay_reminder": ("cancelled", START + timedelta(minutes=5)),
+        "order_closed": ("scheduled", now),
     }
+    assert view["notices"] == []
     assert [(p["state"], p["handled_at"]) for p in view["payments"]] == [("closed", now)]
     cancelled, released = view["timeline"][-2:]
     assert cancelled["event"] == "buyer_cancel"
@@ -218,14 +215,19 @@ async def test_buyer_cancel_releases_goods_and_cancels_timers(world):
     # the goods can be ordered again, and the old timers never fire
     again = await orders.place_order(world.deps, buyer_id=world.other, goods_id=goods_id)
     assert (await goods_row(world, goods_id)).reserved_order_id == again
-    # only the new order's reminder and deadline fire (the cancelled order's timers are dead)
+    # only the closed notice, and the new order's reminder and deadline fire (the cancelled
+    # order's own timers are dead)
     world.clock.advance(timedelta(minutes=5))
-    assert await world.worker.drain() == 1
-    assert [r.order_id for r in world.notifier.sent] == [again]
+    assert await world.worker.drain() == 2
+    sent = [(r.kind, r.order_id, r.reason) for r in world.notifier.sent]
+    assert sent == [("order_closed", order_id, "buyer_cancel"), ("pay_reminder", again, None)]
+    [notice] = (await order_view(world.deps, order_id))["notices"]
+    assert (notice["kind"], notice["state"], notice["deliveries"]) == ("order_closed", "sent", 1)
     world.clock.advance(timedelta(minutes=25))
-    assert await world.worker.drain() == 1
+    assert await world.worker.drain() == 2  # the new order's cancel, then its notice
     assert (await order_view(world.deps, order_id))["status"] == "cancelled_unpaid"
-    assert [r.order_id for r in world.notifier.sent] == [again]
+    sent = [(r.kind, r.order_id, r.reason) for r in world.notifier.sent]
+    assert sent[2:] == [("order_closed", again, "pay_timeout")]
     assert (await order_view(world.deps, again))["status"] == "cancelled_unpaid"
 
 
@@ -423,7 +425,8 @@ async def test_seller_cancel_takes_goods_off_sale_and_refunds_once(world):
     with pytest.raises(GoodsUnavailable):
         await orders.place_order(world.deps, buyer_id=world.other, goods_id=goods_id)
     world.clock.advance(timedelta(days=3))
-    assert await world.worker.drain() == 0
+    assert await world.worker.drain() == 1  # the seller's cancel's notice only
+    assert [(r.kind, r.reason) for r in world.notifier.sent] == [("order_closed", "seller_cancel")]
     assert len((await order_view(world.deps, order_id))["refunds"]) == 1
 
 

@@ -254,9 +254,10 @@ async def test_payment_after_timeout_cancel_becomes_refund(world):
     goods_id, order_id = await place(world)
     pay_no = await add_attempt(world, order_id, "20260301cccccccccccccccc")
     world.clock.advance(timedelta(minutes=30))
-    assert await world.worker.drain() == 2  # reminder (skipped: too late) and cancel
+    assert await world.worker.drain() == 3  # reminder (skipped: too late), cancel, its notice
     view = await order_view(world.deps, order_id)
     assert view["status"] == "cancelled_unpaid"
+    assert [(r.kind, r.reason) for r in world.notifier.sent] == [("order_closed", "pay_timeout")]
     assert view["payments"][0]["state"] == "closed"
     (item,) = await rows(world, schema.goods, id=goods_id)
     assert item.reserved_order_id is None
@@ -516,7 +517,7 @@ async def test_unknown_answers_flag_the_timer_stuck_but_keep_it(world, fake):
 
     # still retried after being flagged; once the provider answers, the order is cancelled
     fake.answers[pay_no] = "closed"
-    assert await world.worker.drain() == 1
+    assert await world.worker.drain() == 2  # the cancel, then its notice
     view = await order_view(world.deps, order_id)
     assert view["status"] == "cancelled_unpaid"
     assert view["payments"][0]["state"] == "closed"

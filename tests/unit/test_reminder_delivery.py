@@ -193,7 +193,17 @@ async def test_reminders_a_handler_still_holds_are_not_taken_and_lost_ones_not_s
     use_webhook(world, receiver)
     world.deps.provider_concurrency = 1
     world.deps.lease = timedelta(seconds=10)
-    receiver.before_answer = slow_answers(world, asyncio.get_running_loop())
+    advance = slow_answers(world, asyncio.get_running_loop())
+    # The first handler's third answer waits until the scanner has looked (13.5 s of the clock
+    # later, past the 10 s lease): however fast the handler runs, it still holds timers then.
+    scanned = threading.Event()
+
+    def answer(n: int, body: bytes) -> None:
+        advance(n, body)
+        if n == 3:
+            scanned.wait(10)
+
+    receiver.before_answer = answer
     order_ids = [await place(world) for _ in range(6)]
     world.clock.advance(timedelta(minutes=5))
     async with world.deps.db.write() as conn:
@@ -203,10 +213,12 @@ async def test_reminders_a_handler_still_holds_are_not_taken_and_lost_ones_not_s
     assert len(batch) == 6
 
     first = asyncio.create_task(pay_reminder(world.deps, batch))  # no heartbeat: a plain handler
-    assert await eventually(lambda: len(receiver.deliveries) >= 3)
-    report = await scan_once(Worker(world.deps))
-    # The scanner did take the first handler's timers back: those it had not finished yet
-    # (how many depends on how far it got, so only that there were some).
+    try:
+        assert await eventually(lambda: len(receiver.deliveries) >= 3)
+        report = await scan_once(Worker(world.deps))
+    finally:
+        scanned.set()
+    # The scanner did take the first handler's timers back: those it had not finished yet.
     assert report.claimed >= 1
     await first
     await settle_retries(world)

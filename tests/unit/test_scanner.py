@@ -113,7 +113,7 @@ async def test_expired_lease_is_reclaimed_and_finished_exactly_once(world):
     await world.worker.run_batch(dead)
     assert (await timer(world, order_id, K.CANCEL_UNPAID)).attempts == 2
     assert (await scan_once(world.worker)).claimed == 0
-    assert await world.worker.drain() == 0
+    assert await world.worker.drain() == 1  # the one notice of the one cancel
 
     cancellations = await fetch(
         world,
@@ -123,7 +123,12 @@ async def test_expired_lease_is_reclaimed_and_finished_exactly_once(world):
     )
     assert len(cancellations) == 1
     assert cancellations[0].event == "pay_timeout"
-    assert world.notifier.sent == []
+    assert [(r.kind, r.reason) for r in world.notifier.sent] == [("order_closed", "pay_timeout")]
+    notices = await fetch(
+        world,
+        select(t_timers).where(t_timers.c.order_id == order_id, t_timers.c.kind == "order_closed"),
+    )
+    assert [(t.state, t.outcome) for t in notices] == [("done", "sent")]
 
 
 async def test_a_failing_batch_does_not_stop_the_pass(world):
@@ -201,8 +206,11 @@ async def test_scanner_and_worker_never_both_act(world):
     await world.worker.run_batch(held)
     assert await status(world, order_id) == "cancelled_unpaid"
     world.clock.advance(world.deps.lease * 2)
-    assert (await scan_once(world.worker)).claimed == 0
+    # only the cancel's notice is overdue now (no worker ran to take it when it was armed)
+    assert (await scan_once(world.worker)).claimed == 1
+    assert (await timer(world, order_id, K.ORDER_CLOSED)).outcome == "sent"
     assert (await timer(world, order_id, K.CANCEL_UNPAID)).attempts == 1
+    assert (await scan_once(world.worker)).claimed == 0
 
 
 async def test_run_scanner_scans_at_start_and_every_interval(world):

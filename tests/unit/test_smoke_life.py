@@ -12,10 +12,13 @@ async def test_unpaid_order_is_cancelled_at_deadline(world):
     world.clock.advance(timedelta(minutes=5))
     assert await world.worker.drain() == 1
     world.clock.advance(timedelta(minutes=25))
-    assert await world.worker.drain() == 1
+    assert await world.worker.drain() == 2  # the cancel, then the buyer's notice
     view = await order_view(world.deps, order_id)
     assert view["status"] == "cancelled_unpaid"
-    assert len(world.notifier.sent) == 1
+    assert [(r.kind, r.reason) for r in world.notifier.sent] == [
+        ("pay_reminder", None),
+        ("order_closed", "pay_timeout"),
+    ]
 
 
 async def test_full_life(world):

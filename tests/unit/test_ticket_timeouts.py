@@ -173,7 +173,7 @@ async def test_not_yet_due_is_rearmed_for_the_rest(world):
     assert await counted(world, show_id, world.buyer) == 2
     assert await world.worker.drain() == 0  # nothing is due before the new deadline
     world.clock.advance(timedelta(minutes=5))
-    assert await world.worker.drain() == 1
+    assert await world.worker.drain() == 2  # the cancel, then its notice
     row = await order_of(world, order["id"])
     assert (row.status, row.cancel_reason) == ("cancelled_unpaid", "pay_timeout")
     assert await held(world, order["id"]) == {}
@@ -220,7 +220,9 @@ async def test_show_cancel_resumes_after_the_worker_dies_halfway(world):
     assert (await order_of(world, first["id"])).status == "cancelled_unpaid"
     assert (await order_of(world, second["id"])).status == "pending_payment"
     assert (await order_of(world, paid["id"])).status == "paid"
-    assert await world.worker.drain() == 0  # claimed timers are nobody else's until the lease ends
+    # Claimed timers are nobody else's until the lease ends; the first cancel's notice goes out.
+    assert await world.worker.drain() == 1
+    assert [(r.order_id, r.reason) for r in world.notifier.sent] == [(first["id"], "show_cancel")]
     assert (await scan_once(world.worker)).claimed == 0
     world.clock.advance(world.deps.lease)
     assert (await scan_once(world.worker)).claimed == 2
@@ -244,7 +246,10 @@ async def test_show_cancel_resumes_after_the_worker_dies_halfway(world):
     assert set((await seat_states(world, show_id)).values()) == {"free"}
     done = [await timer_of(world, o["id"], TimerKind.SHOW_CANCEL) for o in (first, second, paid)]
     assert [(t.state, t.attempts) for t in done] == [("done", 1), ("done", 2), ("done", 2)]
-    assert await world.worker.drain() == 0 and (await scan_once(world.worker)).claimed == 0
+    assert await world.worker.drain() == 2  # the notices of the two resumed cancels
+    assert (await scan_once(world.worker)).claimed == 0
+    told = sorted((r.order_id, r.kind, r.reason) for r in world.notifier.sent)
+    assert told == [(o["id"], "order_closed", "show_cancel") for o in (first, second, paid)]
 
 
 class SecondTrade(PaymentProvider):
@@ -286,9 +291,9 @@ async def paid_with_open_second_trade(world: Any, provider: SecondTrade) -> tupl
 
 async def drain_with_retries(world: Any) -> None:
     """Run the show cancel and the leftover close, which share a batch: the cancel of a paid
-    order does not wait for its leftover trade (its own close_attempts timer closes it), and
-    nothing is left to retry."""
-    assert await world.worker.drain() == 2
+    order does not wait for its leftover trade (its own close_attempts timer closes it), then
+    the cancel's notice; nothing is left to retry."""
+    assert await world.worker.drain() == 3
     world.clock.advance(timedelta(minutes=1))
     assert await world.worker.drain() == 0
 
@@ -365,7 +370,8 @@ async def test_a_payment_between_the_show_cancel_and_the_worker_ends_refunded(wo
     assert (await order_of(world, order["id"])).status == "paid"
     cancel = await timer_of(world, order["id"], TimerKind.SHOW_CANCEL)
     assert cancel.state == "scheduled"  # paying cancels the order-life timers, not this one
-    assert await world.worker.drain() == 1
+    assert await world.worker.drain() == 2  # the show cancel, then its notice
+    assert [(r.kind, r.reason) for r in world.notifier.sent] == [("order_closed", "show_cancel")]
     row = await order_of(world, order["id"])
     assert (row.status, row.cancel_reason) == ("cancelled_paid", "show_cancel")
     assert await refunds_of(world, order["id"]) == [

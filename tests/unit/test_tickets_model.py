@@ -10,10 +10,12 @@ class or success), and after every step:
 
 * the database equals the model: seat holds (seat -> order, held or sold), per-buyer counts,
   orders (status, reason, deadline, paid time), lines, tickets (valid, then void), timers,
-  paid attempts, refunds, discrepancies, reminders and every order's timeline;
+  paid attempts, refunds, discrepancies, reminders, order-closed notices and every order's
+  timeline;
 * the structural promises hold as they stand: no seat held by two live orders nor by a dead one,
   nothing sold twice, every count the live seats of its buyer and within the limit, one refund
-  per paid attempt that was not kept, no live timer for a final order but a due ``show_cancel``;
+  per paid attempt that was not kept, no live timer for a final order but a due ``show_cancel``
+  or ``order_closed`` (the notice every cancel writes);
 * a copy drained at the same instant keeps ``check_invariants(tolerance_seconds=0)`` and equals
   the drained model, with no live timer left for a final order.
 
@@ -178,6 +180,7 @@ class MOrder:
     reason_options: tuple[str, ...] = ()
     reminder: str | None = None  # the reminder row's state
     reminder_unsure: bool = False
+    closed_sent: bool = False  # the buyer was told the order closed
     timers: dict[str, tuple[str, datetime]] = field(default_factory=dict)  # kind: (state, due)
     paid_attempts: int = 0
     refunds: int = 0
@@ -241,6 +244,7 @@ class Model:
         o.reason_options = reasons
         o.cancel_reason = reasons[0] if len(reasons) == 1 else None
         self.cancel_timers(o)
+        o.timers["order_closed"] = ("scheduled", self.now)
         o.events += [o.cancel_reason or "?", "released"]
 
     def pay(self, o: MOrder) -> str:
@@ -261,6 +265,7 @@ class Model:
         o.tickets = dict.fromkeys(o.labels, "void")
         created, o.refunds = o.paid_attempts - o.refunds, o.paid_attempts
         self.cancel_timers(o)
+        o.timers["order_closed"] = ("scheduled", self.now)
         o.events += ["show_cancel", "released"] + ["refund_created"] * created
 
     def cancel_show(self, show: MShow) -> int:
@@ -279,6 +284,14 @@ class Model:
             if state == "scheduled" and due <= cutoff
         )
 
+    def run_due(self, cutoff: datetime) -> int:
+        """A drain or a scan: batches until nothing is due by ``cutoff`` (a cancel's notice is
+        due at once, so a drain takes it up in its next batch)."""
+        fired = 0
+        while batch := self.due(cutoff):
+            fired += self.fire(batch)
+        return fired
+
     def fire(self, batch: list[tuple[int, str]]) -> int:
         """One batch of the worker: each kind's handler runs beside the others, so when two
         cancels of one order are due together either may win."""
@@ -289,6 +302,9 @@ class Model:
             kinds_of[order_id].add(kind)
         for order_id, kinds in kinds_of.items():
             o = self.orders[order_id]
+            if "order_closed" in kinds:  # a cancelled order never moves again: it is told
+                assert o.status in FINAL
+                o.closed_sent = True
             waits = o.status == "pending_payment" and o.pay_deadline > self.now
             if o.status == "pending_payment" and "cancel_unpaid" in kinds:
                 reasons = ("pay_timeout", "show_cancel") if "show_cancel" in kinds else ()
@@ -319,7 +335,7 @@ class Model:
             sent = dict(
                 conn.execute(
                     select(reminders.c.order_id, reminders.c.state).where(
-                        reminders.c.order_id.in_(todo)
+                        reminders.c.order_id.in_(todo), reminders.c.kind == "pay_reminder"
                     )
                 ).all()
             )
@@ -352,7 +368,10 @@ class Model:
             "paid_attempts": {o.id: o.paid_attempts for o in mine if o.paid_attempts},
             "refunds": {o.id: o.refunds for o in mine if o.refunds},
             "discrepancies": sorted((o.id, k) for o in mine for k in o.discrepancies),
-            "reminders": {o.id: o.reminder for o in mine if o.reminder is not None},
+            "reminders": {
+                **{(o.id, "pay_reminder"): o.reminder for o in mine if o.reminder is not None},
+                **{(o.id, "order_closed"): "sent" for o in mine if o.closed_sent},
+            },
             "events": {o.id: o.events for o in mine},
             "shows": {s.id: s.status for s in self.shows.values()},
         }
@@ -410,7 +429,7 @@ def db_snapshot(engine: Engine) -> dict[str, Any]:
         "paid_attempts": dict(paid),
         "refunds": dict(Counter(r.order_id for r in refund_rows)),
         "discrepancies": sorted((d.order_id, d.kind) for d in odd),
-        "reminders": {r.order_id: r.state for r in reminder_rows},
+        "reminders": {(r.order_id, r.kind): r.state for r in reminder_rows},
         "events": events,
         "shows": {s.id: s.status for s in show_rows},
     }
@@ -456,7 +475,8 @@ def structural_invariants(engine: Engine, now: datetime, *, drained: bool) -> No
         assert sum(refunds_of[p.id] for p in mine) == len(mine) - kept, (o.id, o.status)
     for t in timer_rows:
         if t.state == "scheduled" and order_rows[t.order_id].status in FINAL:
-            assert not drained and t.kind == "show_cancel" and t.due_at <= now, t
+            assert not drained and t.kind in ("show_cancel", "order_closed"), t
+            assert t.due_at <= now, t
         if t.state == "scheduled" and order_rows[t.order_id].status == "paid":
             assert t.kind == "show_cancel", t
 
@@ -684,13 +704,13 @@ class TicketSale(RuleBasedStateMachine):
 
     @rule()
     def drain(self) -> None:
-        fired = self.model.fire(self.model.due(self.model.now))
+        fired = self.model.run_due(self.model.now)
         assert self.run(self.worker.drain()) == fired
         self.model.settle(self.engine)
 
     @rule()
     def scan(self) -> None:
-        fired = self.model.fire(self.model.due(self.model.now - SCAN_GRACE))
+        fired = self.model.run_due(self.model.now - SCAN_GRACE)
         report = self.run(scan_once(self.worker))
         assert (report.claimed, report.errors, report.failed_batches) == (fired, 0, 0)
         self.model.settle(self.engine)
@@ -715,8 +735,12 @@ class TicketSale(RuleBasedStateMachine):
     @invariant()
     def database_is_the_model(self) -> None:
         assert db_snapshot(self.engine) == self.model.snapshot()
-        sent = Counter(r.order_id for r in self.notifier.sent)
-        assert sent == Counter(o.id for o in self.model.orders.values() if o.reminder == "sent")
+        sent = Counter((r.order_id, r.kind, r.reason) for r in self.notifier.sent)
+        model = self.model.orders.values()
+        assert sent == Counter(
+            [(o.id, "pay_reminder", None) for o in model if o.reminder == "sent"]
+            + [(o.id, "order_closed", o.cancel_reason) for o in model if o.closed_sent]
+        )
         structural_invariants(self.engine, self.model.now, drained=False)
 
     @invariant()
@@ -734,7 +758,7 @@ class TicketSale(RuleBasedStateMachine):
             src.backup(dst)
         self.shadow_clock.set(self.model.now)
         drained = copy.deepcopy(self.model)
-        fired = drained.fire(drained.due(drained.now))
+        fired = drained.run_due(drained.now)
 
         async def drain_copy() -> None:
             assert await InOrderWorker(self.shadow).drain() == fired

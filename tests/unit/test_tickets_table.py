@@ -85,10 +85,16 @@ def test_targets_per_flow():
     assert targets(S.PENDING_PAYMENT, E.PAY) == {
         "marketplace": S.PENDING_SHIPMENT,
         "tickets": S.PAID,
+        "shop": S.PENDING_SHIPMENT,
     }
     assert targets(S.PENDING_PAYMENT, E.PAY_TIMEOUT) == {
         "marketplace": S.CANCELLED_UNPAID,
         "tickets": S.CANCELLED_UNPAID,
+        "shop": S.CANCELLED_UNPAID,
+    }
+    assert targets(S.SHIPPED, E.CONFIRM_RECEIPT) == {
+        "marketplace": S.RECEIVED,
+        "shop": S.COMPLETED,
     }
     assert targets(S.PAID, E.SHOW_CANCEL) == {"tickets": S.CANCELLED_PAID}
     assert targets(S.SHIPPED, E.SHOW_CANCEL) == {}
@@ -96,6 +102,6 @@ def test_targets_per_flow():
 
 def test_lookup():
     assert lifecycle("tickets") is TICKETS
-    assert set(LIFECYCLES) == {"marketplace", "tickets"}
+    assert set(LIFECYCLES) == {"marketplace", "tickets", "shop"}
     with pytest.raises(InvalidInput, match="unknown flow"):
         lifecycle("shop!")

@@ -147,8 +147,8 @@ async def test_pay_reminder_not_sent_for_a_paid_or_cancelled_order(world):
     for order_id in (paid, cancelled):
         assert (await timer(world, order_id, K.PAY_REMINDER)).state == "cancelled"
     world.clock.advance(timedelta(minutes=5))
-    assert await world.worker.drain() == 0
-    assert world.notifier.sent == []
+    assert await world.worker.drain() == 1  # the cancelled order's closed notice only
+    assert [(r.kind, r.order_id) for r in world.notifier.sent] == [("order_closed", cancelled)]
 
 
 async def test_pay_reminder_claimed_before_payment_is_skipped(world):
@@ -251,13 +251,15 @@ async def test_cancel_unpaid_at_the_deadline_not_before(world):
     assert (await timer(world, order_id, K.CANCEL_UNPAID)).state == "scheduled"
 
     world.clock.advance(US)
-    assert await world.worker.drain() == 1
+    assert await world.worker.drain() == 2  # the cancel, then its notice (due at the cancel)
     o = await order(world, order_id)
     assert (o.status, o.cancel_reason, o.cancelled_at) == (
         "cancelled_unpaid",
         "pay_timeout",
         deadline,
     )
+    notice = await timer(world, order_id, K.ORDER_CLOSED)
+    assert (notice.state, notice.due_at, notice.outcome) == ("done", deadline, "sent")
     g = await goods_of(world, order_id)
     assert (g.status, g.reserved_order_id) == ("on_sale", None)
     t = await timer(world, order_id, K.CANCEL_UNPAID)
@@ -304,9 +306,10 @@ async def test_cancel_unshipped_after_three_days(world):
     assert (await order(world, order_id)).status == "pending_shipment"
 
     world.clock.advance(US)
-    assert await world.worker.drain() == 1
+    assert await world.worker.drain() == 2  # the cancel, then its notice
     o = await order(world, order_id)
     assert (o.status, o.cancel_reason) == ("cancelled_unshipped", "ship_timeout")
+    assert [(r.kind, r.reason) for r in world.notifier.sent] == [("order_closed", "ship_timeout")]
     (refund,) = await fetch(world, select(refunds).where(refunds.c.order_id == order_id))
     assert (refund.state, refund.reason, refund.amount) == (
         "pending_review",
@@ -429,7 +432,7 @@ async def test_a_failing_handler_puts_its_timers_back_and_the_rest_of_the_batch_
     world.clock.advance(timedelta(seconds=30) - US)
     assert await world.worker.drain() == 0
     world.clock.advance(US)
-    assert await world.worker.drain() == 1
+    assert await world.worker.drain() == 2  # the cancel, then its notice
     o = await order(world, early)
     assert o.status == "cancelled_unpaid"
     t = await timer(world, early, K.CANCEL_UNPAID)
@@ -505,7 +508,14 @@ async def test_run_loop_sleeps_until_the_due_time_and_wakes(world):
 
         await wait_for(cancelled)
         assert (await timer(world, order_id, K.CANCEL_UNPAID)).outcome == "cancelled"
-        assert world.worker.stats.claimed == 2
+
+        # The cancel's notice is armed after its commit: the loop wakes for it, no clock move.
+        async def told() -> bool:
+            return (await timer(world, order_id, K.ORDER_CLOSED)).state == "done"
+
+        await wait_for(told)
+        assert [r.kind for r in world.notifier.sent] == ["pay_reminder", "order_closed"]
+        assert world.worker.stats.claimed == 3
     finally:
         stop.set()
         world.deps.trigger.wake()

@@ -14,7 +14,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from dueflow.api import errors, events, lists, refunds, routes, shows
+from dueflow.api import errors, events, lists, refunds, routes, shop, shows
 from dueflow.payments.base import (
     Attempt,
     CloseOutcome,
@@ -153,6 +153,76 @@ class Api:
             )
             return int(result.scalar_one())
 
+    # --- the shop
+
+    async def sku(self, stock: int = 10, price: str = "25.00", who: str = "seller") -> int:
+        """A SKU of ``who`` (the seller) with ``stock`` units on sale."""
+        answer = await self.call(
+            "POST", "/api/skus", who, json={"title": "mug", "price": price, "stock": stock}
+        )
+        assert answer.status_code == 201, answer.text
+        return int(answer.json()["id"])
+
+    async def coupon_template(
+        self, off: str = "5.00", minimum: str = "20.00", total: int = 10
+    ) -> int:
+        """A coupon template of the seller's, valid from now for 30 days."""
+        now = self.deps.clock.now()
+        body = {
+            "title": f"{off} off",
+            "amount_off": off,
+            "min_amount": minimum,
+            "valid_from": now.isoformat(),
+            "valid_until": (now + timedelta(days=30)).isoformat(),
+            "total": total,
+        }
+        answer = await self.call("POST", "/api/coupon-templates", "seller", json=body)
+        assert answer.status_code == 201, answer.text
+        return int(answer.json()["id"])
+
+    async def coupon(self, to: str = "buyer", off: str = "5.00", minimum: str = "20.00") -> int:
+        """A coupon of a new template of the seller's, issued to ``to``."""
+        template_id = await self.coupon_template(off, minimum)
+        answer = await self.call(
+            "POST",
+            f"/api/coupon-templates/{template_id}/issue",
+            "seller",
+            json={"user_id": self.ids[to]},
+        )
+        assert answer.status_code == 201, answer.text
+        return int(answer.json()["id"])
+
+    async def flash_sale(
+        self, sku_id: int | None = None, stock: int = 5, price: str = "9.90", limit: int = 1
+    ) -> int:
+        """A flash sale of the seller's SKU (a new one if not given), open for an hour."""
+        sku_id = await self.sku() if sku_id is None else sku_id
+        now = self.deps.clock.now()
+        body = {
+            "sku_id": sku_id,
+            "price": price,
+            "stock": stock,
+            "starts_at": now.isoformat(),
+            "ends_at": (now + timedelta(hours=1)).isoformat(),
+            "per_buyer_limit": limit,
+        }
+        answer = await self.call("POST", "/api/flash-sales", "seller", json=body)
+        assert answer.status_code == 201, answer.text
+        return int(answer.json()["id"])
+
+    async def shop_order(
+        self, lines: dict[int, int] | None = None, coupon: int | None = None, who: str = "buyer"
+    ) -> int:
+        """A shop order of ``who``: units per SKU (two units of a new SKU if not given), and a
+        coupon."""
+        lines = {await self.sku(): 2} if lines is None else lines
+        body: dict[str, Any] = {"lines": [{"sku_id": k, "quantity": q} for k, q in lines.items()]}
+        if coupon is not None:
+            body["coupon_id"] = coupon
+        answer = await self.call("POST", "/api/orders", who, json=body)
+        assert answer.status_code == 201, answer.text
+        return int(answer.json()["id"])
+
     async def refund(self) -> int:
         """A refund awaiting review: a paid order cancelled by its seller."""
         order_id = await self.paid_order()
@@ -170,6 +240,7 @@ def build_app(deps: Deps) -> FastAPI:
     app.include_router(events.router(deps))
     app.include_router(refunds.router(deps))
     app.include_router(shows.router(deps))
+    app.include_router(shop.router(deps))
     return app
 
 

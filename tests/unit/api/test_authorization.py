@@ -39,6 +39,51 @@ async def seats_body(api: Api, _: int) -> dict[str, Any]:
     return {"show_id": await api.show(), "seats": ["A-1", "B-1"]}
 
 
+async def lines_body(api: Api, _: int) -> dict[str, Any]:
+    return {"lines": [{"sku_id": await api.sku(), "quantity": 2}]}
+
+
+async def coupon_lines_body(api: Api, coupon_id: int) -> dict[str, Any]:
+    # The buyer's coupon: anyone else who names it is refused (and the seller for the SKU).
+    return {"lines": [{"sku_id": await api.sku(), "quantity": 1}], "coupon_id": coupon_id}
+
+
+async def flash_order_body(api: Api, sale_id: int) -> dict[str, Any]:
+    return {"flash_sale_id": sale_id, "quantity": 1}
+
+
+async def sku_body(api: Api, _: int) -> dict[str, Any]:
+    return {"title": "mug", "price": "25.00", "stock": 3}
+
+
+async def template_body(api: Api, _: int) -> dict[str, Any]:
+    now = api.deps.clock.now()
+    return {
+        "title": "5 off",
+        "amount_off": "5.00",
+        "min_amount": "20.00",
+        "valid_from": now.isoformat(),
+        "valid_until": (now + timedelta(days=7)).isoformat(),
+        "total": 5,
+    }
+
+
+async def issue_body(api: Api, _: int) -> dict[str, Any]:
+    return {"user_id": api.ids["buyer"]}
+
+
+async def flash_sale_body(api: Api, sku_id: int) -> dict[str, Any]:
+    now = api.deps.clock.now()
+    return {
+        "sku_id": sku_id,
+        "price": "9.90",
+        "stock": 2,
+        "starts_at": now.isoformat(),
+        "ends_at": (now + timedelta(hours=1)).isoformat(),
+        "per_buyer_limit": 1,
+    }
+
+
 @dataclass
 class Route:
     """A route, the state it is called in, and each caller's expected status, in calling order
@@ -94,6 +139,66 @@ ROUTES = {
         {None: 401, "seller": 403, "stranger": 201, "buyer": 201, "admin": 201},
         body=seats_body,
     ),
+    # The shop: the SKUs' seller may not buy them; a coupon is its owner's alone.
+    "buy sku lines": Route(
+        "POST",
+        "/api/orders",
+        {None: 401, "seller": 403, "stranger": 201, "buyer": 201, "admin": 201},
+        body=lines_body,
+    ),
+    "buy sku lines with a coupon": Route(
+        "POST",
+        "/api/orders",
+        {None: 401, "seller": 403, "stranger": 403, "admin": 403, "buyer": 201},
+        setup=Api.coupon,
+        body=coupon_lines_body,
+    ),
+    "buy at a flash sale": Route(
+        "POST",
+        "/api/orders",
+        {None: 401, "seller": 403, "stranger": 201, "buyer": 201, "admin": 201},
+        setup=Api.flash_sale,
+        body=flash_order_body,
+    ),
+    "add sku": Route(
+        "POST",
+        "/api/skus",
+        {None: 401, "stranger": 201, "buyer": 201, "seller": 201, "admin": 201},
+        body=sku_body,
+    ),
+    "get sku": Route("GET", "/api/skus/{id}", ANY_USER_GET, setup=Api.sku),
+    "restock": Route(
+        "POST",
+        "/api/skus/{id}/restock",
+        {None: 401, "stranger": 403, "buyer": 403, "admin": 403, "seller": 200},
+        setup=Api.sku,
+        body={"quantity": 5},
+    ),
+    "add coupon template": Route(
+        "POST",
+        "/api/coupon-templates",
+        {None: 401, "stranger": 201, "buyer": 201, "seller": 201, "admin": 201},
+        body=template_body,
+    ),
+    "get coupon template": Route(
+        "GET", "/api/coupon-templates/{id}", ANY_USER_GET, setup=Api.coupon_template
+    ),
+    "issue coupon": Route(
+        "POST",
+        "/api/coupon-templates/{id}/issue",
+        {None: 401, "stranger": 403, "buyer": 403, "seller": 201, "admin": 201},
+        setup=Api.coupon_template,
+        body=issue_body,
+    ),
+    "my coupons": Route("GET", "/api/me/coupons", ANY_USER_GET, setup=Api.coupon),
+    "add flash sale": Route(
+        "POST",
+        "/api/flash-sales",
+        {None: 401, "stranger": 403, "buyer": 403, "admin": 403, "seller": 201},
+        setup=Api.sku,
+        body=flash_sale_body,
+    ),
+    "get flash sale": Route("GET", "/api/flash-sales/{id}", ANY_USER_GET, setup=Api.flash_sale),
     "get order": Route(
         "GET",
         "/api/orders/{id}",

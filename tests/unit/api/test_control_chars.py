@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -91,14 +92,22 @@ def test_the_message_names_the_character_and_where():
 @pytest.mark.parametrize("kind", REFUSED)
 async def test_every_free_text_field_refuses_bad_text_without_changing_a_row(api, kind):
     bad = f"x{REFUSED[kind]}y"
-    goods_id = await api.goods()
     order_id = await api.order()
     shipped = await api.shipped()
     received = await api.received()
+    now = api.deps.clock.now()
+    template = {
+        "title": bad,
+        "amount_off": "1.00",
+        "valid_from": now.isoformat(),
+        "valid_until": (now + timedelta(days=1)).isoformat(),
+        "total": 1,
+    }
     before = await table_snapshot(api.deps)
     calls = [
         ("/api/goods", "seller", {"title": bad, "price": "1.00"}, "title"),
-        ("/api/orders", "buyer", {"goods_id": goods_id, "order_type": bad}, "order_type"),
+        ("/api/skus", "seller", {"title": bad, "price": "1.00", "stock": 1}, "title"),
+        ("/api/coupon-templates", "seller", template, "title"),
         (f"/api/orders/{order_id}/payments", "buyer", {"provider": bad}, "provider"),
         (
             f"/api/orders/{shipped}/ship",
@@ -123,13 +132,26 @@ async def test_every_free_text_field_refuses_bad_text_without_changing_a_row(api
     assert await table_snapshot(api.deps) == before
 
 
+#: The bodies of what has a title, but the title.
+TITLED = {
+    "/api/goods": {"price": "1.00"},
+    "/api/skus": {"price": "1.00", "stock": 1},
+    "/api/coupon-templates": {
+        "amount_off": "1.00",
+        "valid_from": "2026-03-01T00:00:00+00:00",
+        "valid_until": "2026-04-01T00:00:00+00:00",
+        "total": 1,
+    },
+}
+
+
 @pytest.mark.parametrize("kind", LINE_BREAKS)
 async def test_a_title_is_one_line_but_a_comment_may_have_several(api, kind):
     before = await table_snapshot(api.deps)
-    answer = await post(
-        api, "/api/goods", "seller", {"title": f"a{LINE_BREAKS[kind]}b", "price": "1.00"}
-    )
-    assert_refused(answer, "title")
+    title = f"a{LINE_BREAKS[kind]}b"
+    for path, body in TITLED.items():
+        answer = await post(api, path, "seller", {**body, "title": title})
+        assert_refused(answer, "title")
     assert await table_snapshot(api.deps) == before
     order_id = await api.received()
     comment = f"good{LINE_BREAKS[kind]}kite"
@@ -143,9 +165,10 @@ async def test_a_title_is_one_line_but_a_comment_may_have_several(api, kind):
 
 @pytest.mark.parametrize("value", FINE)
 async def test_titles_people_write_are_kept(api, value):
-    answer = await post(api, "/api/goods", "seller", {"title": value, "price": "1.00"})
-    assert answer.status_code == 201, answer.text
-    assert answer.json()["title"] == value
+    for path, body in TITLED.items():
+        answer = await post(api, path, "seller", {**body, "title": value})
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["title"] == value
 
 
 @pytest.fixture

@@ -169,7 +169,16 @@ async def test_an_order_item_is_the_order_without_its_nested_lists(api):
     order_id = await api.order()
     [item] = (await api.call("GET", "/api/orders", "buyer")).json()["items"]
     whole = (await api.call("GET", f"/api/orders/{order_id}", "buyer")).json()
-    nested = {"lines", "tickets", "payments", "refunds", "reviews", "timers", "timeline"}
+    nested = {
+        "lines",
+        "tickets",
+        "payments",
+        "refunds",
+        "reviews",
+        "timers",
+        "notices",
+        "timeline",
+    }
     assert item == {k: v for k, v in whole.items() if k not in nested}
     assert item["flow"] == "marketplace" and item["amount"] == "12.50"
 
@@ -181,7 +190,10 @@ async def test_an_unknown_flow_or_status_is_refused(api):
         assert answer.status_code == 422, (params, answer.text)
         assert answer.json()["error"]["code"] == "invalid_input"
     flow = await api.call("GET", "/api/orders", "buyer", params={"flow": "lottery"})
-    assert "unknown flow 'lottery' (known: marketplace, tickets)" in flow.json()["error"]["message"]
+    assert (
+        "unknown flow 'lottery' (known: marketplace, shop, tickets)"
+        in flow.json()["error"]["message"]
+    )
 
 
 # --- inserts during a walk ------------------------------------------------------------------

@@ -10,7 +10,7 @@ from sqlalchemy import update
 
 from dueflow.payments.base import RefundResult
 from dueflow.store import schema
-from tests.unit.api import Api, running_api
+from tests.unit.api import Api, running_api, table_snapshot
 
 
 @pytest.fixture
@@ -56,6 +56,33 @@ async def test_a_second_order_for_held_goods_is_a_conflict(api):
     answer = await api.call("POST", "/api/orders", "stranger", json={"goods_id": goods_id})
     assert answer.status_code == 409
     assert answer.json()["error"]["code"] == "goods_unavailable"
+
+
+async def test_a_buyer_cannot_pick_the_order_type(api):
+    """The order type sets the buyer's own deadlines: the server picks it from what is bought,
+    and a body naming one is refused as an unknown field, changing no row."""
+    show_id = await api.show()
+    bodies = {
+        "normal": {"goods_id": await api.goods()},
+        "ticket": {"show_id": show_id, "seats": ["A-1"]},
+        "shop": {"lines": [{"sku_id": await api.sku(), "quantity": 1}]},
+        "flash": {"flash_sale_id": await api.flash_sale(), "quantity": 1},
+    }
+    before = await table_snapshot(api.deps)
+    for body in bodies.values():
+        for chosen in ("normal", "flash", "shop", "ticket", ""):
+            answer = await api.call(
+                "POST", "/api/orders", "buyer", json={**body, "order_type": chosen}
+            )
+            assert answer.status_code == 422, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "invalid_input"
+            assert "order_type" in error["message"], error
+    assert await table_snapshot(api.deps) == before
+    for picked, body in bodies.items():
+        answer = await api.call("POST", "/api/orders", "buyer", json=body)
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["order_type"] == picked
 
 
 async def test_the_buyer_cancels_before_paying(api):
