@@ -318,15 +318,16 @@ async def test_sigkill_mid_cancel_batch_gives_everything_back_exactly_once(
     assert await all_or_nothing(deps) == {"pending_payment": ORDERS}
 
     if deps.db.dialect == "postgresql":
-        # Flash orders expire first (5 minutes against 15): their batches commit, then the
-        # first batch of shop orders blocks on the last mug's row in its cancel transaction.
+        # A batch of shop orders blocks on the last mug's row in its cancel transaction (the
+        # worker's other lanes may or may not have committed flash batches by then: a batch
+        # waiting behind the blocked one holds them up too, so none is waited for).
         at_kill = await kill_blocked_postgres(
-            deps, backend_url, tmp_path, blocker=max(seeded.shelf), done=FLASH_ORDERS
+            deps, backend_url, tmp_path, blocker=max(seeded.shelf), done=0
         )
-        assert at_kill.done == FLASH_ORDERS, at_kill
     else:
         at_kill = await kill_while_writing_sqlite(deps, backend_url, tmp_path)
-    assert 0 < at_kill.done < ORDERS and at_kill.claimed > 0, at_kill
+        assert at_kill.done > 0, at_kill
+    assert at_kill.done < ORDERS and at_kill.claimed > 0, at_kill
     # What the killed batch had not committed is not there at all; what it had is whole.
     by_status = await all_or_nothing(deps)
     assert by_status["cancelled_unpaid"] == at_kill.done, (by_status, at_kill)
