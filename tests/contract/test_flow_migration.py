@@ -58,11 +58,11 @@ orders_0008 = Table(
 )
 
 
-async def _server_database(server: str, create: bool) -> None:
-    """Create (after dropping) or drop the test's own database on a server."""
+async def _server_database(server: str, create: bool, name: str = DATABASE) -> None:
+    """Create (after dropping) or drop the test's own database ``name`` on a server."""
     engine = create_async_engine(async_url(server), isolation_level="AUTOCOMMIT")
     postgres = engine.dialect.name == "postgresql"
-    quoted = f'"{DATABASE}"' if postgres else f"`{DATABASE}`"
+    quoted = f'"{name}"' if postgres else f"`{name}`"
     try:
         async with engine.connect() as conn:
             force = " WITH (FORCE)" if postgres else ""

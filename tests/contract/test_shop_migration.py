@@ -20,10 +20,9 @@ from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import delete, insert, select, text, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from dueflow import bootstrap
 from dueflow.clock import FakeClock
@@ -32,10 +31,10 @@ from dueflow.domain import seating
 from dueflow.service import accounts, orders, payments, report, shop, tickets
 from dueflow.service.deps import Deps
 from dueflow.store import migrate, schema
-from dueflow.store.db import Database, async_url
+from dueflow.store.db import Database
 from dueflow.worker.runner import Worker
 from tests.conftest import SERVICE_URLS, START, RecordingNotifier, require_service
-from tests.contract.test_flow_migration import _schema_differences
+from tests.contract.test_flow_migration import _schema_differences, _server_database
 
 SHOP_TABLES = {
     "skus",
@@ -70,22 +69,6 @@ def _own_name(server: str) -> str:
     return f"{make_url(server).database}_shop_mig"
 
 
-async def _server_database(server: str, *, create: bool) -> None:
-    """Create (after dropping) or drop the test's own database on a server."""
-    engine = create_async_engine(async_url(server), isolation_level="AUTOCOMMIT")
-    postgres = engine.dialect.name == "postgresql"
-    name = _own_name(server)
-    quoted = f'"{name}"' if postgres else f"`{name}`"
-    try:
-        async with engine.connect() as conn:
-            force = " WITH (FORCE)" if postgres else ""
-            await conn.execute(text(f"DROP DATABASE IF EXISTS {quoted}{force}"))
-            if create:
-                await conn.execute(text(f"CREATE DATABASE {quoted}"))
-    finally:
-        await engine.dispose()
-
-
 @pytest.fixture(
     params=[
         pytest.param("sqlite"),
@@ -102,11 +85,11 @@ async def empty_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncItera
     require_service(name, "127.0.0.1", 5432 if name == "postgres" else 3306)
     base = SERVICE_URLS[name]
     assert base is not None
-    await _server_database(base, create=True)
+    await _server_database(base, True, _own_name(base))
     try:
         yield make_url(base).set(database=_own_name(base)).render_as_string(hide_password=False)
     finally:
-        await _server_database(base, create=False)
+        await _server_database(base, False, _own_name(base))
 
 
 def _running(url: str, clock: FakeClock, notifier: RecordingNotifier) -> Any:
