@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DUEFLOW_", extra="forbid", frozen=True)
 
     database_url: str = "sqlite:///./dueflow.db"
+    #: SQLite's ``PRAGMA synchronous``: NORMAL (a power cut may lose the last commits) or FULL
+    #: (every commit synced to the disk before it is answered).
+    sqlite_synchronous: Annotated[
+        Literal["NORMAL", "FULL"], BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)
+    ] = "NORMAL"
     trigger_url: str = "db"
     locks_url: str | None = None
     lock_ttl: Duration = timedelta(seconds=10)

@@ -25,7 +25,7 @@ from dueflow.exceptions import (
     DueflowError,
     UnstorableValue,
 )
-from dueflow.store import sqlite_inline
+from dueflow.store import sqlite_checkpoint, sqlite_inline
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,9 @@ _ASYNC_DRIVERS = {
     "mariadb": "mysql+asyncmy",
 }
 SQLITE_BUSY_TIMEOUT_MS = 5000
+#: ``PRAGMA synchronous`` in WAL mode: NORMAL syncs only at checkpoints (a power cut may lose the
+#: last commits, never the file); FULL syncs the WAL at each commit, off the event loop.
+SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
 
 
 def async_url(url: str) -> str:
@@ -56,12 +59,26 @@ def async_url(url: str) -> str:
     return parsed.set(drivername=_ASYNC_DRIVERS[backend]).render_as_string(hide_password=False)
 
 
-def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_connect(synchronous: str) -> Callable[[Any, Any], None]:
+    """The ``connect`` listener of dueflow's SQLite engines."""
+    if synchronous not in SQLITE_SYNCHRONOUS:
+        raise ConfigError(f"SQLite synchronous must be NORMAL or FULL, not {synchronous!r}")
+
+    def connect(dbapi_connection: Any, _record: Any) -> None:
+        _sqlite_pragmas(dbapi_connection, synchronous)
+
+    return connect
+
+
+def _sqlite_pragmas(dbapi_connection: Any, synchronous: str) -> None:
     # We issue BEGIN ourselves (IMMEDIATE for writes) instead of the driver's implicit BEGIN.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA synchronous={synchronous}")
+    # A commit only appends to the WAL; the checkpoints (which wait on the disk) run on a
+    # thread of their own (sqlite_checkpoint), never inside a commit on the event loop.
+    cursor.execute("PRAGMA wal_autocheckpoint=0")
     # Inline connections wait for locks on the event loop (sqlite_inline), never in SQLite.
     inline = isinstance(dbapi_connection.driver_connection, sqlite_inline.InlineConnection)
     cursor.execute(f"PRAGMA busy_timeout={0 if inline else SQLITE_BUSY_TIMEOUT_MS}")
@@ -136,7 +153,12 @@ def after_commit(conn: AsyncConnection, hook: AfterCommit) -> None:
 class Database:
     """One engine and its transactions."""
 
-    def __init__(self, engine: AsyncEngine, report_engine: AsyncEngine | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        report_engine: AsyncEngine | None = None,
+        checkpointer: sqlite_checkpoint.Checkpointer | None = None,
+    ) -> None:
         self.engine = engine
         # Long reads (reports' full-table counts) on SQLite go through the threaded driver, so
         # they do not hold the event loop; elsewhere the one engine serves them too.
@@ -145,10 +167,16 @@ class Database:
         # them poll in SQLite's busy handler (which sleeps up to 100 ms a try), keeps lock
         # waits in this process fair and short; other processes still wait in busy_timeout.
         self._write_lock: asyncio.Lock | None = None
+        # SQLite's WAL checkpoints, started by the first write (every process that writes has
+        # one) and finished by dispose.
+        self.checkpointer = checkpointer
 
     @classmethod
-    def from_url(cls, url: str, *, echo: bool = False) -> Database:
-        """A handle on the database at ``url`` (plain or driver-qualified)."""
+    def from_url(
+        cls, url: str, *, echo: bool = False, sqlite_synchronous: str = "NORMAL"
+    ) -> Database:
+        """A handle on the database at ``url`` (plain or driver-qualified); on SQLite,
+        ``sqlite_synchronous`` is NORMAL or FULL (docs/architecture.md, durability)."""
         full = async_url(url)
         parsed = make_url(full)
         kwargs: dict[str, Any] = {"echo": echo}
@@ -164,14 +192,17 @@ class Database:
             kwargs["isolation_level"] = "READ COMMITTED"
         if parsed.get_backend_name() != "sqlite":
             return cls(create_async_engine(full, **kwargs))
-        inline = create_async_engine(
-            full, echo=echo, async_creator=sqlite_inline.creator(parsed.database or "")
+        connect = _sqlite_connect(sqlite_synchronous)
+        # With FULL a commit waits for an fsync of the WAL: that wait goes to a thread.
+        creator = sqlite_inline.creator(
+            parsed.database or "", commit_off_loop=sqlite_synchronous != "NORMAL"
         )
+        inline = create_async_engine(full, echo=echo, async_creator=creator)
         threaded = create_async_engine(full, **kwargs)
         for engine in (inline, threaded):
-            event.listen(engine.sync_engine, "connect", _sqlite_connect)
+            event.listen(engine.sync_engine, "connect", connect)
             event.listen(engine.sync_engine, "begin", _sqlite_begin)
-        return cls(inline, threaded)
+        return cls(inline, threaded, sqlite_checkpoint.Checkpointer(parsed.database or ""))
 
     @property
     def dialect(self) -> str:
@@ -189,8 +220,12 @@ class Database:
         else:
             if self._write_lock is None:
                 self._write_lock = asyncio.Lock()
+            if self.checkpointer is not None:
+                self.checkpointer.start(self._write_lock)
             async with self._write_lock, self._write(hooks) as conn:
                 yield conn
+            if self.checkpointer is not None:
+                self.checkpointer.committed()
         for hook in hooks:
             try:
                 await hook()
@@ -235,7 +270,9 @@ class Database:
             raise translate(error) from error
 
     async def dispose(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection; on SQLite, then checkpoint the WAL a last time."""
         await self.engine.dispose()
         if self.report_engine is not self.engine:
             await self.report_engine.dispose()
+        if self.checkpointer is not None:
+            await self.checkpointer.close()

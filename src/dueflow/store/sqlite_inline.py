@@ -16,6 +16,10 @@ readers never wait, and this process queues its own writers before they reach SQ
 
 Long statements (the reports' full-table counts) still hold the loop while they run, which is
 why :meth:`dueflow.store.db.Database.report` reads through the threaded aiosqlite driver.
+
+Nothing here waits on the disk: with ``synchronous=NORMAL`` a commit appends to the WAL without
+an fsync, and checkpoints run on their own thread (``store/sqlite_checkpoint.py``). With
+``synchronous=FULL`` a commit syncs the WAL; such a connection commits on a thread.
 """
 
 from __future__ import annotations
@@ -129,10 +133,11 @@ class _Now:
 class InlineConnection:
     """The asyncio connection interface SQLAlchemy's aiosqlite dialect calls, answered inline."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: sqlite3.Connection, *, commit_off_loop: bool = False) -> None:
         self._conn = connection
         self._connection: sqlite3.Connection | None = connection
         self._tx = _Now()
+        self._commit_off_loop = commit_off_loop
 
     @property
     def isolation_level(self) -> str | None:
@@ -148,8 +153,13 @@ class InlineConnection:
         return await self.cursor().execute(sql, parameters)
 
     async def commit(self) -> None:
-        """Commit (waiting, without blocking, if SQLite is busy)."""
-        await _patiently(self._conn.commit)
+        """Commit (waiting, without blocking, if SQLite is busy); on a thread when the commit
+        waits for an fsync (``synchronous=FULL``). The connection is this transaction's alone
+        meanwhile: nothing else runs on it until the commit returns."""
+        if self._commit_off_loop:
+            await asyncio.to_thread(self._conn.commit)
+        else:
+            await _patiently(self._conn.commit)
 
     async def rollback(self) -> None:
         """Roll back."""
@@ -172,13 +182,15 @@ class InlineConnection:
             self._conn.close()
 
 
-def creator(path: str) -> Callable[[], Any]:
-    """An ``async_creator`` for ``create_async_engine``: inline connections to ``path``."""
+def creator(path: str, *, commit_off_loop: bool = False) -> Callable[[], Any]:
+    """An ``async_creator`` for ``create_async_engine``: inline connections to ``path``, their
+    commits on a thread if ``commit_off_loop``."""
 
     async def connect() -> InlineConnection:
         # timeout=0: SQLite never sleeps in its busy handler; we wait on the loop instead.
         return InlineConnection(
-            sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+            sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False),
+            commit_off_loop=commit_off_loop,
         )
 
     return connect
