@@ -53,11 +53,16 @@ def _settings(**overrides: Any) -> Settings:
         raise typer.Exit(2) from None
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine, turning dueflow's errors into a message and an exit status
-    (2 for bad input or settings, 1 for everything else)."""
+def _run(
+    coro: Coroutine[Any, Any, T],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
+    """Run a coroutine (on a loop of ``loop_factory``, asyncio's by default), turning dueflow's
+    errors into a message and an exit status (2 for bad input or settings, 1 for everything
+    else)."""
     try:
-        return asyncio.run(coro)
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(coro)
     except (ConfigError, DomainError) as exc:
         err.print(f"[red]error:[/red] {exc.message}", soft_wrap=True)
         raise typer.Exit(2) from None
@@ -100,7 +105,9 @@ def migrate() -> None:
     settings = _settings()
 
     async def go() -> None:
-        db = Database.from_url(settings.database_url)
+        db = Database.from_url(
+            settings.database_url, sqlite_synchronous=settings.sqlite_synchronous
+        )
         try:
             await migrations.upgrade(db)
         finally:
@@ -417,6 +424,13 @@ def worker(
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
+    workers: int = typer.Option(
+        1,
+        min=1,
+        max=64,
+        help="API processes sharing the port (PostgreSQL and MySQL; SQLite serves one). The "
+        "worker still runs once, in the process that starts them.",
+    ),
     no_worker: bool = typer.Option(False, "--no-worker", help="Serve HTTP only."),
     dev_users: bool = typer.Option(
         False,
@@ -426,9 +440,9 @@ def serve(
     ),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
-    """Serve the HTTP app with the worker, the scanner and the feeder in one process. In the
-    dev profile with no provider configured, the payment simulator is mounted at /sim and its
-    keys are handed to dueflow's settings."""
+    """Serve the HTTP app (on uvloop and httptools) with the worker, the scanner and the feeder.
+    In the dev profile with no provider configured, the payment simulator is mounted at /sim
+    and its keys are handed to dueflow's settings."""
     from dueflow import server
 
     settings = _settings()
@@ -440,8 +454,11 @@ def serve(
             port=port,
             worker=not no_worker,
             dev_users=dev_users,
+            workers=workers,
+            verbose=verbose,
             console=err,
-        )
+        ),
+        loop_factory=server.new_event_loop,
     )
 
 
