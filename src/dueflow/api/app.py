@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dueflow.api import (
     admin_pages,
@@ -75,15 +75,36 @@ def create_app(
         deps.metrics.record_snapshot(await report.snapshot(deps))
         return Response(deps.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.middleware("http")
-    async def timed(request: Request, call_next: Any) -> Any:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        deps.metrics.http_latency.labels(request.method, path, str(response.status_code)).observe(
-            time.perf_counter() - started
-        )
-        return response
-
+    app.add_middleware(_Timed, deps=deps)
     return app
+
+
+class _Timed:
+    """Every HTTP request's latency by method, route and status, as plain ASGI: a
+    ``BaseHTTPMiddleware`` would start a task group for every request and every body read."""
+
+    def __init__(self, app: ASGIApp, deps: Deps) -> None:
+        self.app = app
+        self.deps = deps
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # unless the app starts an answer of its own
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            # The router writes the matched route into the scope it was given.
+            path = getattr(scope.get("route"), "path", "unmatched")
+            self.deps.metrics.http_latency.labels(scope["method"], path, str(status)).observe(
+                time.perf_counter() - started
+            )
