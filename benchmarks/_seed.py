@@ -171,15 +171,27 @@ DUEFLOW = Path(sys.executable).parent / "dueflow"
 
 @contextlib.contextmanager
 def serving(
-    env: dict[str, str], port: int, log: Path, *, worker: bool = True
+    env: dict[str, str], port: int, log: Path, *, worker: bool = True, workers: int = 1
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``dueflow serve`` (the worker on unless ``worker`` is False) until the block ends; ready
-    when /healthz answers."""
+    """``dueflow serve`` (the worker on unless ``worker`` is False; ``--workers`` when
+    ``workers`` > 1) until the block ends; ready when /healthz answers."""
     command = [str(DUEFLOW), "serve", "--host", "127.0.0.1", "--port", str(port)]
     if not worker:
         command.append("--no-worker")
+    if workers > 1:
+        command += ["--workers", str(workers)]
+    with started(command, env, port, log) as proc:
+        yield proc
+
+
+@contextlib.contextmanager
+def started(
+    command: Sequence[str], env: dict[str, str], port: int, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Any HTTP server ``command`` (its output in ``log``) until the block ends, then SIGTERM;
+    ready when /healthz on ``port`` answers 200."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(list(command), env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         limit = time.monotonic() + 30
         while True:

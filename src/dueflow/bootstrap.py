@@ -168,7 +168,7 @@ def build(
 ) -> Deps:
     """Wire every adapter from ``settings``. Without a ``clock``, time is the database
     server's (:class:`~dueflow.clock.DatabaseClock`) where it has one, else this machine's."""
-    db = Database.from_url(settings.database_url)
+    db = Database.from_url(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous)
     if clock is None:
         clock = (
             DatabaseClock(lambda: servertime.server_now(db))
@@ -176,6 +176,7 @@ def build(
             else SystemClock()
         )
     metrics = Metrics()
+    metrics.count_statements(db)
     seat_cache = build_seat_cache(settings, metrics=metrics)
     return Deps(
         db=db,

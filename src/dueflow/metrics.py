@@ -12,9 +12,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from sqlalchemy import event
 
 if TYPE_CHECKING:
     from dueflow.service.report import Snapshot
+    from dueflow.store.db import Database
 
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900)
 #: A handler's time over its share of a batch: milliseconds of database work up to a
@@ -31,7 +33,7 @@ BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 class Metrics:
     """What operators watch: timer lateness, outcomes, handler time and batch sizes, trigger
     errors, the scanner's finds, notifications, alarms, HTTP latency, locks skipped, seat
-    cache repairs and errors."""
+    cache repairs and errors, SQL statements sent."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -71,6 +73,13 @@ class Metrics:
         self.lock_bypassed = Counter(
             "dueflow_lock_bypassed_total",
             "Goods and order locks skipped because Redis was unreachable (the database decided).",
+            registry=r,
+        )
+        self.db_statements = Counter(
+            "dueflow_db_statements_total",
+            "SQL statements sent to the database (every statement a cursor executes, BEGIN "
+            "included where dueflow issues it, COMMIT not), by dialect.",
+            ["dialect"],
             registry=r,
         )
         self._timer_metrics(r)
@@ -149,6 +158,17 @@ class Metrics:
         )
         for operation in SEAT_CACHE_OPERATIONS:
             self.seat_cache_errors.labels(operation)
+
+    def count_statements(self, db: Database) -> None:
+        """Count every statement sent through ``db``'s engines in ``dueflow_db_statements_total``
+        (statements per request and per batch, read off /metrics)."""
+        counter = self.db_statements.labels(db.dialect)
+
+        def sent(*_args: object) -> None:
+            counter.inc()
+
+        for engine in {db.engine, db.report_engine}:
+            event.listen(engine.sync_engine, "before_cursor_execute", sent)
 
     def trigger_failed(self, trigger: str, operation: str) -> None:
         """One ``operation`` of the ``trigger`` (its URL scheme) failed."""
