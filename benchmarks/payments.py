@@ -9,6 +9,14 @@ Two measurements, one JSON line each:
   row and confirms the payment. Timed per provider until every order is pending_shipment; also
   the process's CPU time per notification (``cpu_ms_each``: the simulator's and dueflow's work
   together, all threads), steadier than the rate on a shared machine.
+* ``direct``: the same, but the simulator's notifications (signed, encrypted) are kept as it
+  sends them and then POSTed straight to dueflow's notify routes, ``--direct-concurrency`` at a
+  time: the rate and CPU of dueflow alone (the simulator's signing and sending left out), to
+  set beside the place-order server's CPU an order.
+* ``statements``: statements and transactions per start payment and per notification (Alipay
+  and WeChat Pay: a payment, a duplicate, a second code paid and refunded), counted with SQLAlchemy's cursor events on
+  dueflow's engine while one call runs alone; on PostgreSQL a transaction adds two round trips
+  (BEGIN and COMMIT) to its statements.
 * ``close``: M orders with a started and scanned attempt, none paid; the clock passes the pay
   deadline and ``Worker(deps).drain()`` closes every trade at the simulator (bounded by
   ``provider_concurrency``) and cancels the orders. Optionally again with a concurrency of 1.
@@ -16,6 +24,11 @@ Two measurements, one JSON line each:
     .venv/bin/python benchmarks/payments.py                         # 2,000 paid, 10,000 expiring
     .venv/bin/python benchmarks/payments.py --expiring 2000 --serial 500
     .venv/bin/python benchmarks/payments.py --expiring 0 --serial 0  # notifications only
+    .venv/bin/python benchmarks/payments.py --orders 0 --expiring 0 --serial 0 \
+        --database-url postgresql://postgres@127.0.0.1/bench              # the counts only
+
+``--database-url`` (PostgreSQL or MySQL) is emptied and migrated afresh for each measurement;
+by default each uses a new SQLite file.
 """
 
 from __future__ import annotations
@@ -34,8 +47,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
+from sqlalchemy.engine import Connection
 
+import _backends
 from dueflow import bootstrap
 from dueflow.api.app import create_app as dueflow_app
 from dueflow.clock import FakeClock
@@ -44,8 +59,7 @@ from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator.app import create_app as simulator_app
 from dueflow.service import accounts, orders, payments
 from dueflow.service.deps import Deps
-from dueflow.store import migrate, schema
-from dueflow.store.db import Database
+from dueflow.store import schema
 from dueflow.worker.runner import Worker
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -57,8 +71,14 @@ class Forward(httpx.AsyncBaseTransport):
 
     def __init__(self) -> None:
         self.app = None
+        #: While a list: requests are kept here, not sent (answered 503, so never acknowledged).
+        self.kept: list[httpx.Request] | None = None
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.kept is not None:
+            await request.aread()
+            self.kept.append(request)
+            return httpx.Response(503)
         assert self.app is not None
         return await httpx.ASGITransport(app=self.app).handle_async_request(request)
 
@@ -68,18 +88,20 @@ class Market:
     deps: Deps
     clock: FakeClock
     sim: httpx.AsyncClient
+    forward: Forward
     seller: int
     buyer: int
 
 
 @contextlib.asynccontextmanager
-async def market(path: Path, provider_concurrency: int) -> AsyncIterator[Market]:
-    url = f"sqlite:///{path}"
-    db = Database.from_url(url)
-    try:
-        await migrate.upgrade(db)
-    finally:
-        await db.dispose()
+async def market(
+    path: Path, provider_concurrency: int, database_url: str | None = None
+) -> AsyncIterator[Market]:
+    """dueflow on a fresh database (``database_url`` emptied, or a new SQLite file at
+    ``path``), the simulator beside it, a seller and a buyer."""
+    url = database_url or f"sqlite:///{path}"
+    db = await _backends.fresh(url)
+    await db.dispose()
     clock = FakeClock(START)
     forward = Forward()
     config = SimulatorConfig.generate(clock=clock, transport=forward)
@@ -98,7 +120,53 @@ async def market(path: Path, provider_concurrency: int) -> AsyncIterator[Market]
         forward.app = dueflow_app(deps)
         seller, _ = await accounts.add_user(deps, "seller")
         buyer, _ = await accounts.add_user(deps, "buyer")
-        yield Market(deps, clock, sim, seller.id, buyer.id)
+        yield Market(deps, clock, sim, forward, seller.id, buyer.id)
+
+
+class Statements:
+    """What dueflow's engine runs while :meth:`counting`: SQL statements (BEGIN and COMMIT not
+    among them) and transactions, write and read, from SQLAlchemy's events."""
+
+    def __init__(self, deps: Deps) -> None:
+        self.on = False
+        self.statements = 0
+        self.writes = 0
+        self.reads = 0
+        engine = deps.db.engine.sync_engine
+        event.listen(engine, "before_cursor_execute", self._statement)
+        event.listen(engine, "commit", self._commit)
+        event.listen(engine, "rollback", self._commit)
+
+    def _statement(self, _conn: Connection, _cursor: object, sql: str, *_args: object) -> None:
+        if self.on and not sql.lstrip().upper().startswith("BEGIN"):
+            self.statements += 1
+
+    def _commit(self, conn: Connection) -> None:
+        if not self.on:
+            return
+        if conn.get_execution_options().get("dueflow_read"):
+            self.reads += 1
+        else:
+            self.writes += 1
+
+    @contextlib.asynccontextmanager
+    async def counting(self) -> AsyncIterator[None]:
+        """Count what runs inside the block (added to what was counted before)."""
+        self.on = True
+        try:
+            yield
+        finally:
+            self.on = False
+
+    def taken(self, calls: int) -> dict[str, float]:
+        """What was counted, per call (statements, write and read transactions); then zero."""
+        counts = {
+            "statements": round(self.statements / calls, 2),
+            "write_transactions": round(self.writes / calls, 2),
+            "read_transactions": round(self.reads / calls, 2),
+        }
+        self.statements = self.writes = self.reads = 0
+        return counts
 
 
 async def control(m: Market, action: str, provider: str, pay_no: str) -> None:
@@ -131,6 +199,78 @@ async def prepare(m: Market, count: int, parallel: int) -> dict[str, list[tuple[
     return started
 
 
+async def count_statements(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    """Statements and transactions of one start payment and one notification at a time."""
+    each = args.count_each
+    async with market(tmp / "statements.db", args.provider_concurrency, args.database_url) as m:
+        counter = Statements(m.deps)
+        by_provider: dict[str, dict[str, object]] = {}
+        for provider in PROVIDERS:
+            pay_nos = []
+            for i in range(2 * each):
+                goods_id = await accounts.add_goods(
+                    m.deps, seller_id=m.seller, title=f"{provider} {i}", price="88.00"
+                )
+                order_id = await orders.place_order(m.deps, buyer_id=m.buyer, goods_id=goods_id)
+                async with counter.counting():
+                    pay_no, _ = await payments.start_payment(
+                        m.deps, order_id=order_id, user_id=m.buyer, provider=provider
+                    )
+                pay_nos.append(pay_no)
+            started = counter.taken(2 * each)
+            for pay_no in pay_nos[:each]:
+                await control(m, "pay", provider, pay_no)
+                async with counter.counting():
+                    await m.sim.post("/control/deliver")
+            paid = counter.taken(each)
+            for pay_no in pay_nos[each:]:
+                answer = await m.sim.post(
+                    "/control/pay",
+                    json={"provider": provider, "out_trade_no": pay_no, "duplicate": 2},
+                )
+                assert answer.status_code == 200, answer.text
+                async with counter.counting():
+                    await m.sim.post("/control/deliver")
+            pair = counter.taken(each)
+            for i in range(each):  # two codes paid: the second is refunded (paid_twice)
+                goods_id = await accounts.add_goods(
+                    m.deps, seller_id=m.seller, title=f"{provider} twice {i}", price="88.00"
+                )
+                order_id = await orders.place_order(m.deps, buyer_id=m.buyer, goods_id=goods_id)
+                codes = [
+                    (
+                        await payments.start_payment(
+                            m.deps, order_id=order_id, user_id=m.buyer, provider=provider
+                        )
+                    )[0]
+                    for _ in range(2)
+                ]
+                for pay_no in codes:
+                    await control(m, "pay", provider, pay_no)
+                    async with counter.counting():
+                        await m.sim.post("/control/deliver")
+            twice = counter.taken(each)
+            by_provider[provider] = {
+                "start_payment": started,
+                "notification_paid": paid,
+                "notification_duplicate": {k: round(pair[k] - paid[k], 2) for k in paid},
+                "notification_paid_twice": {k: round(twice[k] - paid[k], 2) for k in paid},
+            }
+        outcomes = await inbox(m.deps)
+        final = await statuses(m.deps)
+        dialect = m.deps.db.dialect
+    total = 3 * each * len(PROVIDERS)
+    return {
+        "measurement": "statements",
+        "dialect": dialect,
+        "calls_each": each,
+        "by_provider": by_provider,
+        "inbox": outcomes,
+        "ok": final == {"pending_shipment": total}
+        and outcomes == {"confirmed": total, "duplicate": total // 3, "refund": total // 3},
+    }
+
+
 async def statuses(deps: Deps) -> dict[str, int]:
     async with deps.db.read() as conn:
         query = select(schema.orders.c.status, func.count()).group_by(schema.orders.c.status)
@@ -158,7 +298,7 @@ async def inbox(deps: Deps) -> dict[str, int]:
 
 
 async def notify(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
-    async with market(tmp / "notify.db", args.provider_concurrency) as m:
+    async with market(tmp / "notify.db", args.provider_concurrency, args.database_url) as m:
         t0 = time.perf_counter()
         started = await prepare(m, args.orders, args.setup_parallel)
         setup_s = time.perf_counter() - t0
@@ -213,10 +353,62 @@ async def notify(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     }
 
 
+async def direct(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    """The same notifications, signed by the simulator beforehand and sent straight to
+    dueflow's notify routes at ``--direct-concurrency``: dueflow's own rate and CPU."""
+    async with market(tmp / "direct.db", args.provider_concurrency, args.database_url) as m:
+        started = await prepare(m, args.direct, args.setup_parallel)
+        m.forward.kept = []
+        for provider in PROVIDERS:
+            for _, pay_no in started[provider]:
+                await control(m, "pay", provider, pay_no)
+        await m.sim.post("/control/deliver")
+        kept, m.forward.kept = m.forward.kept, None
+        limit = asyncio.Semaphore(args.direct_concurrency)
+        transport = httpx.ASGITransport(app=m.forward.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dueflow") as client:
+
+            async def send(request: httpx.Request) -> int:
+                headers = {
+                    k: v for k, v in request.headers.items() if k not in ("host", "content-length")
+                }
+                async with limit:
+                    answer = await client.post(
+                        request.url.path, content=request.content, headers=headers
+                    )
+                return answer.status_code
+
+            t0 = time.perf_counter()
+            c0 = time.process_time()
+            codes = await asyncio.gather(*(send(request) for request in kept))
+            seconds = time.perf_counter() - t0
+            cpu_s = time.process_time() - c0
+        answers: dict[int, int] = {}
+        for code in codes:
+            answers[code] = answers.get(code, 0) + 1
+        moves = await events_per_order(m.deps, "pay")
+        final = await statuses(m.deps)
+        outcomes = await inbox(m.deps)
+    return {
+        "measurement": "direct",
+        "notifications": len(kept),
+        "concurrency": args.direct_concurrency,
+        "seconds": round(seconds, 3),
+        "notifications_per_s": round(len(kept) / seconds),
+        "cpu_ms_each": round(cpu_s * 1000 / len(kept), 2),
+        "answers": answers,
+        "statuses": final,
+        "ok": len(kept) == args.direct
+        and final == {"pending_shipment": args.direct}
+        and moves == {1: args.direct}
+        and outcomes == {"confirmed": args.direct},
+    }
+
+
 async def close(
     args: argparse.Namespace, tmp: Path, count: int, concurrency: int
 ) -> dict[str, object]:
-    async with market(tmp / f"close-{concurrency}.db", concurrency) as m:
+    async with market(tmp / f"close-{concurrency}.db", concurrency, args.database_url) as m:
         t0 = time.perf_counter()
         started = await prepare(m, count, args.setup_parallel)
         setup_s = time.perf_counter() - t0
@@ -247,8 +439,14 @@ async def close(
 
 async def run(args: argparse.Namespace, tmp: Path) -> list[dict[str, object]]:
     results = []
+    if args.count_each:
+        results.append(await count_statements(args, tmp))
+        print(json.dumps(results[-1]), flush=True)
     if args.orders:
         results.append(await notify(args, tmp))
+        print(json.dumps(results[-1]), flush=True)
+    if args.direct:
+        results.append(await direct(args, tmp))
         print(json.dumps(results[-1]), flush=True)
     if args.expiring:
         results.append(await close(args, tmp, args.expiring, args.provider_concurrency))
@@ -267,6 +465,22 @@ def main() -> None:
     parser.add_argument("--expiring", type=int, default=10_000, help="expiring orders (0: skip)")
     parser.add_argument(
         "--serial", type=int, default=1_000, help="expiring orders closed one at a time (0: skip)"
+    )
+    parser.add_argument(
+        "--count-each",
+        type=int,
+        default=10,
+        help="start payments and notifications counted one at a time, per provider (0: skip)",
+    )
+    parser.add_argument(
+        "--direct",
+        type=int,
+        default=2_000,
+        help="paid orders whose notifications go straight to dueflow (0: skip)",
+    )
+    parser.add_argument("--direct-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--database-url", help="PostgreSQL or MySQL, emptied first (default: SQLite files)"
     )
     parser.add_argument("--provider-concurrency", type=int, default=32)
     parser.add_argument(

@@ -132,6 +132,7 @@ async def confirm_payment_locked(
             actor=actor,
             order_type=attempt.order_type,
             flow_name=attempt.flow,
+            order_status=attempt.order_status,
         )
         if also is not None:
             await also(conn, outcome)
@@ -149,21 +150,23 @@ async def apply_payment(
     actor: str,
     order_type: str | None = None,
     flow_name: str | None = None,
+    order_status: str | None = None,
 ) -> tuple[PaymentOutcome, list[timers.Armed]]:
     """Inside a write transaction holding the attempt: the body of :func:`confirm_payment`.
 
-    ``order_type``, ``flow_name``: the order's when the caller already holds the order locked
-    (read with the attempt); otherwise the order is read and locked here."""
+    ``order_type``, ``flow_name``, ``order_status``: the order's when the caller already holds
+    the order locked (read with the attempt); otherwise the order is read and locked here."""
     if payment.amount != attempt.amount:
         raise PaymentMismatch(
             f"paid {payment.amount} but attempt {attempt.pay_no} is for {attempt.amount}"
         )
     if attempt.state == payments.PAID:
         return PaymentOutcome.DUPLICATE, []
-    if order_type is None or flow_name is None:
+    if order_type is None or flow_name is None or order_status is None:
         order = await orders.get(conn, attempt.order_id, for_update=True)
         assert order is not None  # a foreign key
         order_type, flow_name = str(order.order_type), str(order.flow)
+        order_status = str(order.status)
     await payments.mark_paid(conn, attempt.id, provider_trade_no=payment.provider_trade_no, now=now)
     # Where paying moves the order in its flow, and the deadline that status waits on, if any.
     flow = lifecycle.lifecycle(flow_name)
@@ -206,34 +209,34 @@ async def apply_payment(
             detail=f"{attempt.provider} {attempt.pay_no} {attempt.amount}",
         )
         return PaymentOutcome.CONFIRMED, armed
-    await _refund_late_payment(conn, attempt, now=now, actor=actor)
+    # The order is locked since its status was read, and the move found it no longer pending:
+    # that status is still the order's.
+    await _refund_late_payment(conn, attempt, OrderStatus(order_status), now=now, actor=actor)
     return PaymentOutcome.REFUND, []
 
 
 async def _refund_late_payment(
-    conn: AsyncConnection, attempt: Row[Any], *, now: datetime, actor: str
+    conn: AsyncConnection, attempt: Row[Any], status: OrderStatus, *, now: datetime, actor: str
 ) -> None:
-    order = await orders.get(conn, attempt.order_id)
-    assert order is not None
-    status = OrderStatus(order.status)
+    """The money of an order that is no longer pending payment (``status``): a discrepancy
+    and a refund in review for the attempt (now paid), with their timeline entries."""
     kind = "paid_after_cancel" if status.is_cancelled else "paid_twice"
     detail = (
         f"{attempt.provider} {attempt.pay_no} paid {attempt.amount} while the order is {status}"
     )
+    order_id = attempt.order_id
     await payments.record_discrepancy(
-        conn, kind=kind, order_id=order.id, payment_id=attempt.id, detail=detail, now=now
+        conn, kind=kind, order_id=order_id, payment_id=attempt.id, detail=detail, now=now
     )
-    paid = await payments.by_pay_no(conn, attempt.pay_no)
-    assert paid is not None
     await orders.record_events(
-        conn, [order.id], event="discrepancy", actor=actor, now=now, detail=f"{kind}: {detail}"
+        conn, [order_id], event="discrepancy", actor=actor, now=now, detail=f"{kind}: {detail}"
     )
-    await payments.create_refunds(conn, [paid], reason=kind, now=now, actor=actor)
+    await payments.create_refunds(conn, [attempt], reason=kind, now=now, actor=actor)
     log.error(
         "DISCREPANCY %s: %s; a refund awaits review",
         kind,
         detail,
-        extra={"order_id": order.id, "pay_no": attempt.pay_no},
+        extra={"order_id": order_id, "pay_no": attempt.pay_no},
     )
 
 
@@ -322,6 +325,7 @@ async def _record_manual(
             actor="operator",
             order_type=order.order_type,
             flow_name=order.flow,
+            order_status=order.status,
         )
     return pay_no, outcome, armed
 
@@ -422,35 +426,37 @@ async def start_payment(
     if provider == MANUAL:
         raise InvalidInput("manual payments are recorded by an operator")
     async with locks.held(deps.locks, f"order:{order_id}", deps.lock_ttl):
-        row, subject = await _new_attempt(deps, order_id, user_id, provider)
+        attempt_id, attempt, subject = await _new_attempt(deps, order_id, user_id, provider)
     try:
-        start = await payer.start(attempt_of(row), subject=subject)
+        start = await payer.start(attempt, subject=subject)
     except ProviderUnavailable as exc:
         if exc.answered:
-            await _record_start(deps, row, StartAnswer.REFUSED)
+            await _record_start(deps, attempt_id, attempt.pay_no, StartAnswer.REFUSED)
         raise
     except DomainError:  # refused before any request was sent (an amount it cannot take)
-        await _record_start(deps, row, StartAnswer.REFUSED)
+        await _record_start(deps, attempt_id, attempt.pay_no, StartAnswer.REFUSED)
         raise
     # Anything else (a timeout, a cancelled request, a bug) leaves the start unknown: the
     # request may still be on its way, so "no such trade" proves nothing before the expiry.
-    await _record_start(deps, row, StartAnswer.CREATED)
-    return row.pay_no, start.pay_url
+    await _record_start(deps, attempt_id, attempt.pay_no, StartAnswer.CREATED)
+    return attempt.pay_no, start.pay_url
 
 
-async def _record_start(deps: Deps, row: Row[Any], answer: StartAnswer) -> None:
+async def _record_start(deps: Deps, attempt_id: int, pay_no: str, answer: StartAnswer) -> None:
     """Keep what the start's answer proves, for close-or-query; losing it only makes a later
     cancel wait for the expiry, so a database failure here does not fail the start."""
     try:
         async with deps.db.write() as conn:
-            await payments.record_start(conn, row.id, answer.value)
+            await payments.record_start(conn, attempt_id, answer.value)
     except BackendError as exc:
-        log.warning("could not record the start of %s as %s: %s", row.pay_no, answer, exc)
+        log.warning("could not record the start of %s as %s: %s", pay_no, answer, exc)
 
 
 async def _new_attempt(
     deps: Deps, order_id: int, user_id: int, provider: str
-) -> tuple[Row[Any], str]:
+) -> tuple[int, Attempt, str]:
+    """The new attempt's id and the attempt as the provider takes it (built from what was
+    written, not read back), and the subject; committed before the provider hears of it."""
     now = deps.clock.now()
     async with deps.db.write() as conn:
         order = await orders.get(conn, order_id, for_update=True)
@@ -481,14 +487,20 @@ async def _new_attempt(
             # Its order is being cancelled by the worker: a trade now would only be closed.
             raise SalesClosed(f"cannot pay: show {order.show_id} was cancelled")
         deps.providers.get(provider).check_amount(order.amount)  # before anything is stored
-        pay_no = new_pay_no(now)
-        await payments.insert_attempt(
-            conn,
-            pay_no=pay_no,
+        attempt = Attempt(
+            pay_no=new_pay_no(now),
             order_id=order_id,
             provider=provider,
             amount=order.amount,
             expires_at=order.pay_deadline,
+        )
+        attempt_id = await payments.insert_attempt(
+            conn,
+            pay_no=attempt.pay_no,
+            order_id=order_id,
+            provider=provider,
+            amount=attempt.amount,
+            expires_at=attempt.expires_at,
             now=now,
         )
         await orders.record_events(
@@ -497,12 +509,10 @@ async def _new_attempt(
             event="payment_started",
             actor=f"user:{user_id}",
             now=now,
-            detail=f"{provider} {pay_no}",
+            detail=f"{provider} {attempt.pay_no}",
         )
         subject = await _subject(conn, order, show)
-        row = await payments.by_pay_no(conn, pay_no)
-    assert row is not None
-    return row, subject
+    return attempt_id, attempt, subject
 
 
 async def _subject(conn: AsyncConnection, order: Row[Any], show: Row[Any] | None) -> str:

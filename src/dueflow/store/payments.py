@@ -67,7 +67,12 @@ async def by_pay_no(
 # The confirm path's statements, built once: building and keying a statement per call costs
 # more than executing it on SQLite.
 _WITH_ORDER = (
-    select(payments, orders.c.order_type.label("order_type"), orders.c.flow.label("flow"))
+    select(
+        payments,
+        orders.c.order_type.label("order_type"),
+        orders.c.flow.label("flow"),
+        orders.c.status.label("order_status"),
+    )
     .join(orders, orders.c.id == payments.c.order_id)
     .where(payments.c.pay_no == bindparam("p_pay_no", type_=payments.c.pay_no.type))
 )
@@ -86,8 +91,9 @@ _MARK_PAID = (
 async def with_order_by_pay_no(
     conn: AsyncConnection, pay_no: str, *, for_update: bool = False
 ) -> Row[Any] | None:
-    """The attempt with this pay_no and its order's ``order_type`` and ``flow``, in one statement; when
-    ``for_update`` both rows are locked (the attempt's and the order's)."""
+    """The attempt with this pay_no and its order's ``order_type``, ``flow`` and
+    ``order_status``, in one statement; when ``for_update`` both rows are locked (the
+    attempt's and the order's), so the status read stays the order's until the commit."""
     query = _WITH_ORDER_FOR_UPDATE if for_update else _WITH_ORDER
     return (await conn.execute(query, {"p_pay_no": pay_no})).first()
 
