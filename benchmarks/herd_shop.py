@@ -29,7 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -233,13 +234,12 @@ def _at(value: Any) -> datetime:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
-async def outcome(db: Database, due: datetime) -> dict[str, Any]:
+async def outcome(db: Database, due: datetime, flow: Flow) -> dict[str, Any]:
     """The checks' figures, and the lateness of cancels and notices (seconds after ``due``)."""
     async with db.engine.connect() as conn:
         found: dict[str, Any] = {}
-        for name, sql in {**EVERY_ORDER, **NONE_LEFT}.items():
+        for name, sql in {**flow.every_order, **flow.none_left, **flow.figures}.items():
             found[name] = int(await conn.scalar(text(sql)) or 0)
-        found["skus stocked"] = int(await conn.scalar(text("SELECT sum(stocked) FROM skus")) or 0)
         cancels = (
             await conn.execute(
                 text("SELECT done_at FROM timers WHERE kind = 'cancel_unpaid' AND state = 'done'")
@@ -267,12 +267,45 @@ def _spread(late: list[float]) -> dict[str, float | None]:
     }
 
 
-async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    path = tmp / "herd_shop.db"
+@dataclass(frozen=True)
+class Flow:
+    """What a herd of one flow seeds and checks: the seed, SQL answering one number that must
+    equal the orders (``every_order``) or be 0 (``none_left``), further figures, the failures
+    those figures show (beside the two kinds of checks), and the run's own parameters."""
+
+    name: str
+    seed: Callable[[Database, str, Path, argparse.Namespace], Awaitable[None]]
+    every_order: Mapping[str, str]
+    none_left: Mapping[str, str]
+    figures: Mapping[str, str]
+    more_failures: Callable[[argparse.Namespace, Mapping[str, Any]], list[str]]
+    parameters: Callable[[argparse.Namespace], dict[str, Any]]
+
+
+def _stock_failures(args: argparse.Namespace, found: Mapping[str, Any]) -> list[str]:
+    held = sum(units for i in range(1, args.orders + 1) for _, units in lines_of(i, args.skus))
+    if found["skus stocked"] != SPARE * args.skus + held:
+        return [f"skus stocked {found['skus stocked']}, seeded {SPARE * args.skus + held}"]
+    return []
+
+
+SHOP = Flow(
+    name="shop",
+    seed=seed,
+    every_order=EVERY_ORDER,
+    none_left=NONE_LEFT,
+    figures={"skus stocked": "SELECT sum(stocked) FROM skus"},
+    more_failures=_stock_failures,
+    parameters=lambda args: {"skus": args.skus, "buyers": args.buyers},
+)
+
+
+async def run(args: argparse.Namespace, tmp: Path, flow: Flow = SHOP) -> dict[str, Any]:
+    path = tmp / f"herd_{flow.name}.db"
     url = args.database_url or f"sqlite:///{path}"
     db = await _backends.fresh(url)
     started = time.perf_counter()
-    await seed(db, url, path, args)
+    await flow.seed(db, url, path, args)
     seed_s = time.perf_counter() - started
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
     env.update(
@@ -320,7 +353,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         for w in workers:
             w.wait(timeout=30)
         log.close()
-    found = await outcome(db, due)
+    found = await outcome(db, due, flow)
     await db.dispose()
     cancel_late, notice_late = found.pop("cancel_late"), found.pop("notice_late")
     cancel_drain = cancel_late[-1] if cancel_late else float("nan")
@@ -329,9 +362,9 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     return {
         "database": db.dialect,
         "workers": args.workers,
+        "flow": flow.name,
         "orders": args.orders,
-        "skus": args.skus,
-        "buyers": args.buyers,
+        **flow.parameters(args),
         "batch_size": args.batch_size,
         "seed_seconds": round(seed_s, 1),
         "cancel_drain_s": round(cancel_drain, 3),
@@ -350,14 +383,12 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     }
 
 
-def failures(args: argparse.Namespace, result: dict[str, Any]) -> list[str]:
+def failures(args: argparse.Namespace, result: dict[str, Any], flow: Flow = SHOP) -> list[str]:
     """What is not as it must be after the herd (empty: all well)."""
     found = result["db"]
-    failed = [f"{name}: {found[name]}" for name in EVERY_ORDER if found[name] != args.orders]
-    failed += [f"{name}: {found[name]}" for name in NONE_LEFT if found[name] != 0]
-    held = sum(units for i in range(1, args.orders + 1) for _, units in lines_of(i, args.skus))
-    if found["skus stocked"] != SPARE * args.skus + held:
-        failed.append(f"skus stocked {found['skus stocked']}, seeded {SPARE * args.skus + held}")
+    failed = [f"{name}: {found[name]}" for name in flow.every_order if found[name] != args.orders]
+    failed += [f"{name}: {found[name]}" for name in flow.none_left if found[name] != 0]
+    failed += flow.more_failures(args, found)
     if result["notices_logged"] != args.orders:
         failed.append(f"{result['notices_logged']} notices logged")
     return failed

@@ -3,19 +3,19 @@ admin routes (the refund routes are in :mod:`dueflow.api.refunds`). Errors are r
 
 Each route's ``response_model`` (from :mod:`dueflow.api.schemas`) documents its answer in the
 OpenAPI schema; the JSON itself is built by :func:`answer` (FastAPI passes a returned response
-through untouched), so money stays exact decimal text and datetimes keep their ``+00:00``."""
+through untouched), encoded once by orjson: money stays exact decimal text and datetimes keep
+their ``+00:00``."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
 from collections.abc import Mapping
-from datetime import date, datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
+import orjson
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -23,14 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.schemas import errors
-from dueflow.exceptions import DomainError, DueflowError, InvalidInput, NotAllowed, NotFound
+from dueflow.exceptions import DomainError, InvalidInput, NotAllowed, NotFound
 from dueflow.service import accounts, operations, orders, payments, replays, shop, tickets
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
 from dueflow.store import idempotency
 from dueflow.store import orders as order_store
-
-log = logging.getLogger(__name__)
 
 #: Ids are positive 64-bit integers; anything else is refused before it reaches the database.
 MAX_ID = 2**63 - 1
@@ -126,22 +124,46 @@ class NewUser(Body):
     admin: bool = False
 
 
-def jsonable(value: Any) -> Any:
-    """Rows and views as JSON: Decimals as strings (money stays exact), datetimes as ISO 8601."""
+def _unnative(value: Any) -> Any:
+    """What orjson does not encode itself: Decimals (as exact text), mappings that are not
+    dicts (rows' mappings) and named tuples."""
     if isinstance(value, Decimal):
         return str(value)
-    if isinstance(value, datetime | date):
-        return value.isoformat()
     if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return value
+        return dict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def encode(value: Any) -> bytes:
+    """``value`` as JSON in one pass: Decimals as strings (money stays exact), datetimes as
+    ISO 8601 (``+00:00``, microseconds when there are any), keys as text."""
+    return orjson.dumps(value, default=_unnative, option=orjson.OPT_NON_STR_KEYS)
+
+
+class _Encoded(JSONResponse):
+    """A JSON response rendered by :func:`encode`."""
+
+    def render(self, content: Any) -> bytes:
+        return encode(content)
 
 
 def answer(value: Any, status: int = 200) -> JSONResponse:
-    """A JSON response of ``value`` through :func:`jsonable`."""
-    return JSONResponse(jsonable(value), status_code=status)
+    """A JSON response of ``value``, encoded once (:func:`encode`)."""
+    return _Encoded(value, status_code=status)
+
+
+class _Kept:
+    """The encoder an Idempotency-Key writes its first answer with, in the placing
+    transaction; it keeps the bytes so the answer sent is the answer kept."""
+
+    def __init__(self) -> None:
+        self.body: bytes | None = None
+
+    def __call__(self, view: Mapping[str, Any]) -> str:
+        self.body = encode(view)
+        return self.body.decode()
 
 
 def _again(again: replays.Replay) -> Response:
@@ -154,11 +176,17 @@ def _again(again: replays.Replay) -> Response:
 async def _place(
     deps: Deps, user: User, body: NewOrder, key: idempotency.Key | None
 ) -> dict[str, Any]:
-    """Place the order the body asks for; answers its view."""
+    """Place the order the body asks for; answers its view. The buyer is the caller, just
+    authenticated: placing does not read it again."""
     if body.show_id is not None:
         assert body.seats is not None  # checked by the body
         return await tickets.place_ticket_order(
-            deps, buyer_id=user.id, show_id=body.show_id, labels=body.seats, key=key
+            deps,
+            buyer_id=user.id,
+            show_id=body.show_id,
+            labels=body.seats,
+            key=key,
+            buyer_known=True,
         )
     if body.lines is not None:
         return await shop.place_shop_order(
@@ -167,6 +195,7 @@ async def _place(
             lines=[line.model_dump() for line in body.lines],
             coupon_id=body.coupon_id,
             key=key,
+            buyer_known=True,
         )
     if body.flash_sale_id is not None:
         assert body.quantity is not None  # checked by the body
@@ -176,9 +205,12 @@ async def _place(
             flash_sale_id=body.flash_sale_id,
             quantity=body.quantity,
             key=key,
+            buyer_known=True,
         )
     assert body.goods_id is not None
-    return await orders.place_order_view(deps, buyer_id=user.id, goods_id=body.goods_id, key=key)
+    return await orders.place_order_view(
+        deps, buyer_id=user.id, goods_id=body.goods_id, key=key, buyer_known=True
+    )
 
 
 def router(deps: Deps) -> APIRouter:
@@ -252,7 +284,8 @@ def _orders(deps: Deps) -> APIRouter:
         digest = hashlib.sha256(
             json.dumps(body.model_dump(), sort_keys=True, separators=(",", ":")).encode()
         ).hexdigest()
-        key = idempotency.Key(user.id, header, digest)
+        kept = _Kept()
+        key = idempotency.Key(user.id, header, digest, answer=kept)
         again = await replays.replay(deps, key)
         if again is not None:
             return _again(again)
@@ -266,12 +299,8 @@ def _orders(deps: Deps) -> APIRouter:
             if again is None:
                 raise
             return _again(again)
-        text = json.dumps(jsonable(view))
-        try:
-            await replays.record_answer(deps, key, 201, text)
-        except DueflowError:
-            # The order and its key are committed: a repeat answers the order as it is then.
-            log.warning("the answer to Idempotency-Key of order %s was not kept", view["id"])
+        # The answer was kept with the key in the placing transaction: send those bytes.
+        text = kept.body if kept.body is not None else encode(view)
         return Response(text, status_code=201, media_type="application/json")
 
     @routes.get("/{order_id}", response_model=out.OrderView)

@@ -53,7 +53,8 @@ async def add_user(deps: Deps, name: str, *, admin: bool = False) -> tuple[User,
 
 
 async def authenticate(deps: Deps, token: str) -> User | None:
-    """The user holding ``token``, or None."""
+    """The user holding ``token``, or None (one statement: the caller is not read again by
+    what it does next)."""
     async with deps.db.read() as conn:
         row = await users.by_token_hash(conn, hash_token(token))
     return User(row.id, row.name, row.is_admin) if row else None

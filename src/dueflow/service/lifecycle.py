@@ -40,6 +40,27 @@ async def cancel_unpaid(
 ) -> list[Row[Any]]:
     """pending_payment -> cancelled; release what each order holds, close attempts, cancel
     timers."""
+    moved = await close_unpaid(
+        conn, deps, order_ids, now=now, event=event, actor=actor, due_only=due_only
+    )
+    await release_holds(conn, deps, moved, now)
+    return moved
+
+
+async def close_unpaid(
+    conn: AsyncConnection,
+    deps: Deps,
+    order_ids: Sequence[int],
+    *,
+    now: datetime,
+    event: OrderEvent,
+    actor: str,
+    due_only: bool,
+) -> list[Row[Any]]:
+    """:func:`cancel_unpaid` but for letting go of the holds, which the caller does with
+    :func:`release_holds` in the same transaction, as late as it can: the rows of SKUs, flash
+    sales and buyers' counts are shared with other transactions, and are then locked only
+    until the commit. One statement per step for the whole batch."""
     moved = await orders.move(
         conn,
         order_ids,
@@ -49,15 +70,24 @@ async def cancel_unpaid(
         values={"cancelled_at": now, "cancel_reason": event.value},
         due=t_orders.c.pay_deadline if due_only else None,
     )
+    if not moved:
+        return moved
     ids = [r.id for r in moved]
     await record_moves(conn, moved, S.PENDING_PAYMENT, event, actor=actor, now=now)
-    for hold, held_ids in deps.holds.for_flows(moved):
-        await hold.release(conn, held_ids, now)
     await _released(conn, moved, RELEASED, actor=actor, now=now)
     await payments.close_open(conn, ids, now)
     await timers.cancel_for_orders(conn, ids, now)
     await _tell_buyers(conn, deps, ids, now)
     return moved
+
+
+async def release_holds(
+    conn: AsyncConnection, deps: Deps, moved: Sequence[Row[Any]], now: datetime
+) -> None:
+    """Put back what these cancelled unpaid orders hold: one release per kind held, the kinds
+    in the order every transaction takes them."""
+    for hold, held_ids in deps.holds.for_flows(moved):
+        await hold.release(conn, held_ids, now)
 
 
 async def cancel_paid(
@@ -73,6 +103,32 @@ async def cancel_paid(
 ) -> list[Row[Any]]:
     """A paid order is cancelled (not shipped in time, the seller or the organizer cancels):
     a refund in review, what it held forfeited (goods off sale, tickets void)."""
+    moved = await close_paid(
+        conn,
+        deps,
+        order_ids,
+        expected=expected,
+        now=now,
+        event=event,
+        actor=actor,
+        due_only=due_only,
+    )
+    await forfeit_holds(conn, deps, moved, now)
+    return moved
+
+
+async def close_paid(
+    conn: AsyncConnection,
+    deps: Deps,
+    order_ids: Sequence[int],
+    *,
+    expected: OrderStatus,
+    now: datetime,
+    event: OrderEvent,
+    actor: str,
+    due_only: bool,
+) -> list[Row[Any]]:
+    """:func:`cancel_paid` but for the holds (:func:`forfeit_holds`, as :func:`close_unpaid`)."""
     stage = stage_deadline(expected) if due_only else None
     moved = await orders.move(
         conn,
@@ -83,16 +139,24 @@ async def cancel_paid(
         values={"cancelled_at": now, "cancel_reason": event.value},
         due=stage,
     )
+    if not moved:
+        return moved
     ids = [r.id for r in moved]
     await record_moves(conn, moved, expected, event, actor=actor, now=now)
-    for hold, held_ids in deps.holds.for_flows(moved):
-        await hold.forfeit(conn, held_ids, now)
     await _released(conn, moved, FORFEITED, actor=actor, now=now)
     paid = await payments.for_orders(conn, ids, state=payments.PAID)
     await payments.create_refunds(conn, paid, reason=event.value, now=now, actor=actor)
     await timers.cancel_for_orders(conn, ids, now)
     await _tell_buyers(conn, deps, ids, now)
     return moved
+
+
+async def forfeit_holds(
+    conn: AsyncConnection, deps: Deps, moved: Sequence[Row[Any]], now: datetime
+) -> None:
+    """Clear what these cancelled paid orders hold (goods off sale, tickets void)."""
+    for hold, held_ids in deps.holds.for_flows(moved):
+        await hold.forfeit(conn, held_ids, now)
 
 
 #: Where a released hold went, per kind (the detail of the ``released`` event).
@@ -117,13 +181,12 @@ async def _tell_buyers(
     conn: AsyncConnection, deps: Deps, order_ids: Sequence[int], now: datetime
 ) -> None:
     """The outbox of the cancel: an ``order_closed`` notice timer per cancelled order, in the
-    cancel's transaction, handed to the trigger after the commit (the notice is sent by the
-    worker, so a failing notifier never holds up or rolls back a cancel)."""
+    cancel's transaction (one INSERT ... SELECT for the batch), handed to the trigger after the
+    commit (the notice is sent by the worker, so a failing notifier never holds up or rolls
+    back a cancel)."""
     if not order_ids:
         return
-    armed = await timers.schedule(
-        conn, [timers.NewTimer(oid, TimerKind.ORDER_CLOSED, now) for oid in order_ids], now
-    )
+    armed = await timers.schedule_for_orders(conn, order_ids, TimerKind.ORDER_CLOSED, now, now)
     after_commit(conn, lambda: deps.arm(armed))
 
 
@@ -163,7 +226,7 @@ async def _released(
     went."""
     if not moved:
         return
-    lines = await holds.lines_of(conn, [r.id for r in moved])
+    lines = await holds.held_lines(conn, [r.id for r in moved])
     entries = []
     for r in moved:
         by_kind: dict[str, list[Row[Any]]] = defaultdict(list)

@@ -3,12 +3,16 @@
 
 A payment reminder goes out while its order awaits payment before the deadline; an
 ``order_closed`` notice (written by every cancel as a timer in the cancel's transaction) once
-its order is cancelled, with the reason. Each goes out once. Its row is claimed with a lease for the whole batch, and right before
-each send one statement checks the claim is still this handler's, the order still awaits
-payment before its deadline, and sends are left; the same statement counts the delivery and
-extends the lease to cover the send. So a batch that sends for longer than the lease loses only
-the rows it had not reached (another handler, the scanner's, sends those) and never sends a row
-another handler took; a reminder for an order paid mid-batch is not sent.
+its order is cancelled, with the reason. Each goes out once. Its row is claimed with a lease for
+the whole batch, and right before the sends one statement checks, for the reminders about to be
+sent, that the claim is still this handler's, the order still awaits payment before its
+deadline, and sends are left; the same statement counts the delivery and extends the lease to
+cover the send. Sends run up to ``provider_concurrency`` at once; the check is made for as many
+as there are free slots, in the transaction that records what the finished sends came to (so a
+fast notifier costs one transaction per ``provider_concurrency`` notices, not two per notice).
+So a batch that sends for longer than the lease loses only the rows it had not reached (another
+handler, the scanner's, sends those) and never sends a row another handler took; a reminder for
+an order paid mid-batch is not sent.
 
 A send that got no answer (a read timeout after the request left) may have delivered it: it is
 not repeated at once, but sent again by a later attempt with the same delivery id, up to the
@@ -19,7 +23,8 @@ notifier's ``max_deliveries`` sends, and never once the order moved on; then it 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -116,6 +121,18 @@ async def _remind(deps: Deps, batch: Sequence[Claimed], message: Message) -> Non
     await _send_all(deps, [t for t in batch if t.order_id in mine], mine, current, token, message)
 
 
+@dataclass(frozen=True)
+class _Sent:
+    """What came of one send: nothing went wrong, an error (provably not delivered), or an
+    unknown outcome (it may have been delivered); ``wave`` is the token it was sent under."""
+
+    timer: Claimed
+    reminder: Row[Any]
+    wave: str
+    error: str | None = None
+    unknown: str | None = None
+
+
 async def _send_all(
     deps: Deps,
     batch: Sequence[Claimed],
@@ -124,55 +141,133 @@ async def _send_all(
     token: str,
     message: Message,
 ) -> None:
-    limit = asyncio.Semaphore(deps.provider_concurrency)
+    """Send the claimed reminders, up to ``provider_concurrency`` at once, each started as a
+    slot frees. Whenever slots are free, one write transaction records what the finished sends
+    came to and renews the next reminders, as many as there are free slots (the check before
+    their sends, :func:`dueflow.store.aftersale.renew_reminders`); their sends start as it
+    commits. A fast notifier so costs a transaction per ``provider_concurrency`` sends; a slow
+    one, as before, a transaction per send, never a send started on a stale check."""
+    waiting = deque(batch)
+    running: set[asyncio.Task[_Sent]] = set()
+    finished: list[_Sent] = []
+    try:
+        while waiting or running or finished:
+            free = deps.provider_concurrency - len(running)
+            group = [waiting.popleft() for _ in range(min(free, len(waiting)))]
+            if group or finished:
+                wave = timers.new_token()
+                go = await _record_and_renew(deps, finished, group, mine, token, wave, message)
+                finished = []
+                for timer in group:
+                    reminder = mine[timer.order_id]
+                    if reminder.id in go:
+                        order = current[timer.order_id]
+                        running.add(asyncio.create_task(_send(deps, timer, reminder, order, wave)))
+            if running:
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                finished = [task.result() for task in done]
+    finally:
+        # A failing transaction ends the batch: the sends under way end first (their reminders
+        # stay claimed and counted until their lease runs out; their timers go back).
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
 
-    async def one(timer: Claimed) -> None:
-        async with limit:
-            order = current[timer.order_id]
-            await _deliver(deps, timer, mine[timer.order_id], order, token, message)
 
-    await asyncio.gather(*(one(timer) for timer in batch))
+async def _send(
+    deps: Deps, timer: Claimed, reminder: Row[Any], order: Row[Any], wave: str
+) -> _Sent:
+    """One notifier call; what came of it (the notifier's trouble is an outcome, not an
+    exception)."""
+    try:
+        await deps.notifier.send(_message(reminder, order))
+    except DeliveryUnknown as exc:
+        return _Sent(timer, reminder, wave, unknown=f"{type(exc).__name__}: {exc}"[:500])
+    except Exception as exc:
+        return _Sent(timer, reminder, wave, error=f"{type(exc).__name__}: {exc}"[:500])
+    return _Sent(timer, reminder, wave)
 
 
-async def _deliver(
-    deps: Deps, timer: Claimed, reminder: Row[Any], order: Row[Any], token: str, message: Message
-) -> None:
-    """Send one claimed reminder if it may still go out, and record what came of it (2 write
-    transactions: the check that counts the delivery, then the outcome)."""
+async def _record_and_renew(
+    deps: Deps,
+    finished: Sequence[_Sent],
+    group: Sequence[Claimed],
+    mine: Mapping[int, Row[Any]],
+    token: str,
+    wave: str,
+    message: Message,
+) -> set[int]:
+    """One write transaction: record the finished sends, then renew ``group`` under ``wave``
+    (those refused are settled with the reason); returns the reminder ids to send."""
     async with deps.db.write() as conn:
         now = deps.clock.now()
-        go = await aftersale.renew_reminder(
+        await _record(conn, deps, finished, now)
+        if not group:
+            return set()
+        go = await aftersale.renew_reminders(
             conn,
-            reminder.id,
+            [mine[t.order_id].id for t in group],
             token=token,
+            wave=wave,
             now=now,
             lease=deps.lease,
             max_deliveries=deps.notifier.max_deliveries,
             order_statuses=message.statuses,
             deadline=message.deadline,
         )
-        if not go:
-            await _not_sent(conn, timer, reminder.id, token, now, message)
-            return
-    error = unknown = None
-    try:
-        await deps.notifier.send(_message(reminder, order))
-    except DeliveryUnknown as exc:
-        unknown = f"{type(exc).__name__}: {exc}"[:500]
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"[:500]
-    async with deps.db.write() as conn:
-        now = deps.clock.now()
-        if unknown is not None:
-            await _record_unknown(conn, deps, timer, reminder, token, unknown, now)
-        else:
-            await aftersale.settle_reminder(
-                conn, reminder.id, token=token, sent=error is None, now=now
-            )
-            if error is None:
-                await timers.finish(conn, {timer.id: "sent"}, token=timer.token, now=now)
-            else:
-                await timers.retry(conn, [timer], error=error, now=now)
+        refused = [t for t in group if mine[t.order_id].id not in go]
+        await _not_sent(conn, refused, mine, token, now, message)
+    return go
+
+
+def _by_wave(sends: Sequence[_Sent]) -> dict[str, list[int]]:
+    waves: dict[str, list[int]] = defaultdict(list)
+    for sent in sends:
+        waves[sent.wave].append(sent.reminder.id)
+    return waves
+
+
+def _by_error(sends: Sequence[_Sent], error: Callable[[_Sent], str]) -> dict[str, list[Claimed]]:
+    errors: dict[str, list[Claimed]] = defaultdict(list)
+    for sent in sends:
+        errors[error(sent)].append(sent.timer)
+    return errors
+
+
+async def _record(
+    conn: AsyncConnection, deps: Deps, finished: Sequence[_Sent], now: datetime
+) -> None:
+    """What the finished sends came to, set-based: the sent ones' reminders and timers done;
+    the failed ones given back (not counted) and retried; the unknown ones kept counted, and
+    retried or given up once out of sends."""
+    if not finished:
+        return
+    sent = [s for s in finished if s.error is None and s.unknown is None]
+    for wave, ids in _by_wave(sent).items():
+        await aftersale.settle_reminders(conn, ids, token=wave, sent=True, now=now)
+    await timers.finish_by_token(
+        conn, [s.timer for s in sent], {s.timer.id: "sent" for s in sent}, now
+    )
+    failed = [s for s in finished if s.error is not None]
+    for wave, ids in _by_wave(failed).items():
+        await aftersale.settle_reminders(conn, ids, token=wave, sent=False, now=now)
+    for error, again in _by_error(failed, lambda s: s.error or "").items():
+        await timers.retry(conn, again, error=error, now=now)
+    unknown = [s for s in finished if s.unknown is not None]
+    # The claim was ours for the whole send, so this send made it reminder.deliveries + 1.
+    max_deliveries = deps.notifier.max_deliveries
+    out = [s for s in unknown if s.reminder.deliveries + 1 >= max_deliveries]
+    left = [s for s in unknown if s.reminder.deliveries + 1 < max_deliveries]
+    for wave, ids in _by_wave(out).items():
+        await aftersale.record_unknowns(conn, ids, token=wave, give_up=True)
+    outcomes = {
+        s.timer.id: f"gave up: outcome unknown after {s.reminder.deliveries + 1} deliveries"
+        for s in out
+    }
+    await timers.finish_by_token(conn, [s.timer for s in out], outcomes, now)
+    for wave, ids in _by_wave(left).items():
+        await aftersale.record_unknowns(conn, ids, token=wave, give_up=False)
+    for error, again in _by_error(left, lambda s: s.unknown or "").items():
+        await timers.retry(conn, again, error=error, now=now)
 
 
 def _message(reminder: Row[Any], order: Row[Any]) -> Reminder:
@@ -187,48 +282,43 @@ def _message(reminder: Row[Any], order: Row[Any]) -> Reminder:
     )
 
 
-async def _record_unknown(
-    conn: AsyncConnection,
-    deps: Deps,
-    timer: Claimed,
-    reminder: Row[Any],
-    token: str,
-    error: str,
-    now: datetime,
-) -> None:
-    # The claim was ours for the whole send, so this send made it reminder.deliveries + 1.
-    sends = reminder.deliveries + 1
-    give_up = sends >= deps.notifier.max_deliveries
-    await aftersale.record_unknown(conn, reminder.id, token=token, give_up=give_up)
-    if give_up:
-        outcome = f"gave up: outcome unknown after {sends} deliveries"
-        await timers.finish(conn, {timer.id: outcome}, token=timer.token, now=now)
-    else:
-        await timers.retry(conn, [timer], error=error, now=now)
-
-
 async def _not_sent(
     conn: AsyncConnection,
-    timer: Claimed,
-    reminder_id: int,
+    refused: Sequence[Claimed],
+    mine: Mapping[int, Row[Any]],
     token: str,
     now: datetime,
     message: Message,
 ) -> None:
-    """The check before a send refused it: say why on the reminder and its timer."""
-    row = await aftersale.reminder(conn, reminder_id)
-    if row is None or row.claim_token != token or row.state != aftersale.REMINDER_SENDING:
-        # Our lease ran out before we got to it and another handler took it.
-        await timers.retry(conn, [timer], error=ELSEWHERE, now=now)
+    """The check before the sends refused these: say why on their reminders and timers."""
+    if not refused:
         return
-    found = await orders.many(conn, [row.order_id])
-    order = found[0] if found else None
-    if message.waits(order, now):
-        outcome = f"gave up: outcome unknown after {row.deliveries} deliveries"
-    else:
-        outcome = _why_not(order)
-    if row.deliveries > 0:
-        await aftersale.record_unknown(conn, reminder_id, token=token, give_up=True)
-    else:
-        await aftersale.settle_reminder(conn, reminder_id, token=token, sent=False, now=now)
-    await timers.finish(conn, {timer.id: outcome}, token=timer.token, now=now)
+    rows = {
+        r.id: r
+        for r in await aftersale.reminders_by_id(conn, [mine[t.order_id].id for t in refused])
+    }
+    ours: list[tuple[Claimed, Row[Any]]] = []
+    elsewhere: list[Claimed] = []
+    for timer in refused:
+        row = rows.get(mine[timer.order_id].id)
+        if row is None or row.claim_token != token or row.state != aftersale.REMINDER_SENDING:
+            elsewhere.append(timer)  # our lease ran out before we got to it; another took it
+        else:
+            ours.append((timer, row))
+    if elsewhere:
+        await timers.retry(conn, elsewhere, error=ELSEWHERE, now=now)
+    if not ours:
+        return
+    found = {r.id: r for r in await orders.many(conn, [row.order_id for _, row in ours])}
+    outcomes: dict[int, str] = {}
+    for timer, row in ours:
+        order = found.get(row.order_id)
+        if message.waits(order, now):
+            outcomes[timer.id] = f"gave up: outcome unknown after {row.deliveries} deliveries"
+        else:
+            outcomes[timer.id] = _why_not(order)
+    counted = [row.id for _, row in ours if row.deliveries > 0]
+    await aftersale.record_unknowns(conn, counted, token=token, give_up=True)
+    never = [row.id for _, row in ours if row.deliveries == 0]
+    await aftersale.settle_reminders(conn, never, token=token, sent=False, now=now)
+    await timers.finish_by_token(conn, [t for t, _ in ours], outcomes, now)

@@ -13,9 +13,9 @@ from dueflow.store import idempotency
 
 @dataclass(frozen=True)
 class Replay:
-    """What to answer a repeated request: the first answer as sent (``body``), or, when the
-    first request committed its order but its answer was never recorded (it is finishing, or
-    died after the commit), the order as it is now (``view``)."""
+    """What to answer a repeated request: the first answer as sent (``body``, kept with the key
+    in the placing transaction), or, when the key kept no answer (its placer gave no
+    :attr:`~dueflow.store.idempotency.Key.answer`), the order as it is now (``view``)."""
 
     status_code: int
     body: str | None = None
@@ -23,7 +23,8 @@ class Replay:
 
 
 async def replay(deps: Deps, key: idempotency.Key) -> Replay | None:
-    """The answer for a key already used by this buyer within 24 h, or None for a new key.
+    """The answer for a key already used by this buyer within 24 h, or None for a new key
+    (one statement).
 
     Raises:
         IdempotencyKeyReused: the key came with another request.
@@ -40,11 +41,3 @@ async def replay(deps: Deps, key: idempotency.Key) -> Replay | None:
         if row.body is not None:
             return Replay(int(row.status_code), body=str(row.body))
         return Replay(201, view=await order_service.view_in(conn, int(row.order_id)))
-
-
-async def record_answer(deps: Deps, key: idempotency.Key, status_code: int, body: str) -> None:
-    """Keep the first answer for the key's repeats."""
-    async with deps.db.write() as conn:
-        await idempotency.record_answer(
-            conn, buyer_id=key.buyer_id, key=key.key, status_code=status_code, body=body
-        )

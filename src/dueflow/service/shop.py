@@ -13,7 +13,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Row, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain import text
@@ -29,7 +29,7 @@ from dueflow.exceptions import (
 )
 from dueflow.service import orders as order_service
 from dueflow.service.deps import Deps
-from dueflow.store import holds, idempotency, orders, shop, timers, users
+from dueflow.store import holds, idempotency, shop, timers, users
 from dueflow.store.schema import flash_sales, skus
 
 S = OrderStatus
@@ -352,6 +352,13 @@ def _check_window(sale: Row[Any], now: datetime) -> None:
 
 # --- placing --------------------------------------------------------------------------------
 
+#: A flash sale and its SKU's title in one read (built once: every flash order starts here).
+_SALE_AND_TITLE = (
+    select(flash_sales, skus.c.title.label("sku_title"))
+    .join(skus, skus.c.id == flash_sales.c.sku_id)
+    .where(flash_sales.c.id == bindparam("sale_id"))
+)
+
 
 def wanted_lines(lines: Sequence[Mapping[str, Any]]) -> dict[int, int]:
     """Units wanted per SKU (repeats of a SKU add up), in SKU order.
@@ -384,9 +391,11 @@ async def place_shop_order(
     lines: Sequence[Mapping[str, Any]],
     coupon_id: int | None = None,
     key: idempotency.Key | None = None,
+    buyer_known: bool = False,
 ) -> dict[str, Any]:
     """Hold the units of every line, and the coupon, for a new ``shop`` order, or nothing;
-    answers the new order's view.
+    answers the new order's view. ``buyer_known``: the caller has just read the buyer
+    (authenticated them), so placing does not read it again.
 
     Raises:
         InvalidInput: bad lines; SKUs of more than one seller.
@@ -412,7 +421,8 @@ async def place_shop_order(
         (seller_id,) = sellers
         if seller_id == buyer_id:
             raise NotAllowed("you cannot buy your own SKUs")
-        await _user(conn, buyer_id)
+        if not buyer_known:
+            await _user(conn, buyer_id)
         # Refused before anything is written: a rush is mostly refusals.
         for sku_id, quantity in wanted.items():
             if found[sku_id].stock < quantity:
@@ -456,9 +466,12 @@ async def place_flash_order(
     flash_sale_id: int,
     quantity: int,
     key: idempotency.Key | None = None,
+    buyer_known: bool = False,
 ) -> dict[str, Any]:
     """Hold units of a flash sale (and of its SKU) for a new ``flash`` order, or nothing;
-    answers the new order's view. A sale out of units is refused by a read alone.
+    answers the new order's view. A sale out of units is refused by a read alone, the one
+    read of the sale and its SKU.
+    ``buyer_known``: as :func:`place_shop_order`.
 
     Raises:
         InvalidInput: bad quantity.
@@ -472,22 +485,21 @@ async def place_flash_order(
     deps.policy.durations(FLASH_ORDER_TYPE)
     now = deps.clock.now()
     async with deps.db.read() as conn:
-        sale = await shop.get(conn, flash_sales, flash_sale_id)
+        sale = (await conn.execute(_SALE_AND_TITLE, {"sale_id": flash_sale_id})).first()
     if sale is None:
         raise NotFound(f"no flash sale {flash_sale_id}")
     _check_window(sale, now)
     if sale.stock < quantity:
         raise OutOfStock(f"flash sale {sale.id}: {sale.stock} left, {quantity} asked")
+    if sale.seller_id == buyer_id:
+        raise NotAllowed("you cannot buy at your own flash sale")
+    # Nothing is read again: what placing uses of the sale and its SKU (prices, seller,
+    # window, title) never changes, and their units are taken by guarded updates.
     async with deps.db.write() as conn:
-        sale = await shop.get(conn, flash_sales, flash_sale_id)
-        assert sale is not None  # sales are never deleted
-        sku = await shop.get(conn, skus, sale.sku_id)
-        assert sku is not None  # a foreign key
-        if sale.seller_id == buyer_id:
-            raise NotAllowed("you cannot buy at your own flash sale")
-        await _user(conn, buyer_id)
+        if not buyer_known:
+            await _user(conn, buyer_id)
         held = [
-            holds.Line("sku", sku.id, sku.title, sale.price, quantity),
+            holds.Line("sku", sale.sku_id, sale.sku_title, sale.price, quantity),
             holds.Line("flash", sale.id, f"flash sale {sale.id}", Decimal("0.00"), quantity),
         ]
         amount = _at_least_a_cent(sale.price * quantity)
@@ -520,28 +532,22 @@ async def _insert(
     now: datetime,
     detail: str,
 ) -> tuple[dict[str, Any], list[timers.Armed]]:
-    """The order, its key, its lines and its holds (each kind in the flow's order), its timers
-    and its first event."""
-    order_id = await orders.insert_order(
+    """The order, its lines and its holds (each kind in the flow's order), its timers, its
+    first event and its key."""
+    order = await order_service.insert_placed(
         conn,
+        deps,
         flow="shop",
         order_type=order_type,
         buyer_id=buyer_id,
         seller_id=seller_id,
         amount=amount,
-        status=S.PENDING_PAYMENT.value,
-        created_at=now,
-        updated_at=now,
-        pay_deadline=deps.policy.pay_deadline(order_type, now),
+        lines=lines,
+        now=now,
     )
-    await idempotency.tie(conn, key, order_id, now)
-    await holds.insert_lines(conn, order_id, lines)
-    holder = holds.Holder(order_id, buyer_id)
+    holder = holds.Holder(order["id"], buyer_id)
     for kind in holds.FLOW_KINDS["shop"]:
         of_kind = [line for line in lines if line.kind == kind]
         if of_kind:
             await deps.holds.of(kind).hold(conn, holder, of_kind, now)
-    armed = await order_service.arm_placed(
-        conn, deps, order_id, order_type, buyer_id=buyer_id, now=now, detail=detail
-    )
-    return await order_service.view_in(conn, order_id, new=True), armed
+    return await order_service.finish_placing(conn, deps, order, lines, key, now=now, detail=detail)

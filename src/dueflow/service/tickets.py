@@ -15,7 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain import seating
@@ -33,6 +33,8 @@ from dueflow.service import orders as order_service
 from dueflow.service.deps import Deps
 from dueflow.store import holds, idempotency, orders, shows, timers, users
 from dueflow.store.schema import orders as t_orders
+from dueflow.store.schema import seat_holds as t_seat_holds
+from dueflow.store.schema import seats as t_seats
 from dueflow.store.schema import users as t_users
 
 log = logging.getLogger(__name__)
@@ -177,6 +179,15 @@ async def show_orders(deps: Deps, show_id: int, limit: int = 500) -> list[dict[s
     return found
 
 
+#: The seats asked for, each with its hold if it has one (held or sold), in one read.
+_SEATS_AND_HOLDS = select(
+    t_seats.c.id, t_seats.c.label, t_seats.c.price, t_seat_holds.c.seat_id.label("held")
+).outerjoin(
+    t_seat_holds,
+    and_(t_seat_holds.c.show_id == t_seats.c.show_id, t_seat_holds.c.seat_id == t_seats.c.id),
+)
+
+
 async def place_ticket_order(
     deps: Deps,
     *,
@@ -185,9 +196,11 @@ async def place_ticket_order(
     labels: Sequence[str],
     view: bool = True,
     key: idempotency.Key | None = None,
+    buyer_known: bool = False,
 ) -> dict[str, Any]:
     """Hold every seat named for a new ``ticket`` order, or none; answers the new order's view
-    (only its id without ``view``).
+    (only its id without ``view``). ``buyer_known``: the caller has just read the buyer
+    (authenticated them), so placing does not read it again.
 
     Raises:
         InvalidInput: no seats, a repeat, a label that is not one.
@@ -207,9 +220,9 @@ async def place_ticket_order(
         # The cache is sure enough to refuse (a wrong "taken" is repaired by the reconciler
         # within its interval); it never says yes: the database decides every hold.
         raise SeatUnavailable(f"seats taken: {', '.join(sorted(taken))}")
-    placed, armed = await _place(deps, buyer_id, show_id, wanted, key, view=view)
+    placed, armed = await _place(deps, buyer_id, show_id, wanted, key, buyer_known)
     await deps.arm(armed)
-    return placed
+    return placed if view else {"id": placed["id"]}
 
 
 async def _place(
@@ -218,8 +231,7 @@ async def _place(
     show_id: int,
     wanted: list[str],
     key: idempotency.Key | None,
-    *,
-    view: bool,
+    buyer_known: bool,
 ) -> tuple[dict[str, Any], list[timers.Armed]]:
     now = deps.clock.now()
     async with deps.db.write() as conn:
@@ -231,17 +243,18 @@ async def _place(
         seating.check_request(wanted, show.seat_limit)
         if show.organizer_id == buyer_id:
             raise NotAllowed("you cannot buy seats at your own show")
-        if await users.by_id(conn, buyer_id) is None:
-            raise NotFound(f"no user {buyer_id}")
-        found = {s.label: s for s in await shows.seats_by_label(conn, show_id, wanted)}
+        if not buyer_known:
+            await order_service.known_buyer(conn, buyer_id)
+        query = _SEATS_AND_HOLDS.where(t_seats.c.show_id == show_id, t_seats.c.label.in_(wanted))
+        found = {s.label: s for s in await conn.execute(query)}
         missing = [label for label in wanted if label not in found]
         if missing:
             raise InvalidInput(f"show {show_id} has no seat {', '.join(missing)}")
         # Refused before anything is written: a rush is mostly refusals, so they stay reads.
-        taken = set(await shows.taken_among(conn, [s.id for s in found.values()]))
+        # (A hold committed since is found by the unique key at the insert.)
+        taken = [label for label in wanted if found[label].held is not None]
         if taken:
-            names = ", ".join(label for label in wanted if found[label].id in taken)
-            raise SeatUnavailable(f"seats taken: {names}")
+            raise SeatUnavailable(f"seats taken: {', '.join(taken)}")
         await shows.count_seats(
             conn,
             show_id=show_id,
@@ -254,36 +267,29 @@ async def _place(
             for label in wanted
         ]
         amount = sum((line.price for line in lines), start=Decimal(0))
-        pay_deadline = deps.policy.pay_deadline(TICKET_ORDER_TYPE, now)
-        order_id = await orders.insert_order(
+        order = await order_service.insert_placed(
             conn,
+            deps,
             flow="tickets",
             order_type=TICKET_ORDER_TYPE,
             buyer_id=buyer_id,
             seller_id=show.organizer_id,
-            show_id=show_id,
             amount=amount,
-            status=S.PENDING_PAYMENT.value,
-            created_at=now,
-            updated_at=now,
-            pay_deadline=pay_deadline,
+            lines=lines,
+            now=now,
+            show_id=show_id,
         )
-        await idempotency.tie(conn, key, order_id, now)
-        await holds.insert_lines(conn, order_id, lines)
-        holder = holds.Holder(order_id, buyer_id, show_id)
+        holder = holds.Holder(order["id"], buyer_id, show_id)
         await deps.holds.of("seat").hold(conn, holder, lines, now)
-        armed = await order_service.arm_placed(
+        return await order_service.finish_placing(
             conn,
             deps,
-            order_id,
-            TICKET_ORDER_TYPE,
-            buyer_id=buyer_id,
+            order,
+            lines,
+            key,
             now=now,
             detail=f"show {show_id} seats {', '.join(wanted)} for {amount}",
         )
-        if not view:
-            return {"id": order_id}, armed
-        return await order_service.view_in(conn, order_id, new=True), armed
 
 
 def _check_open(show: Any, now: datetime) -> None:

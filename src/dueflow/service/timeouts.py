@@ -155,7 +155,7 @@ async def _cancel_or_retry(
                 await payment_service.record_mismatch_at_close(
                     conn, payment, detail=detail, now=now
                 )
-        moved = await lifecycle.cancel_unpaid(
+        moved = await lifecycle.close_unpaid(
             conn,
             deps,
             cancellable,
@@ -164,8 +164,9 @@ async def _cancel_or_retry(
             actor="timer",
             due_only=how.due_only,
         )
+        paid_moved: list[Row[Any]] = []
         if how.paid_too:
-            moved += await lifecycle.cancel_paid(
+            paid_moved = await lifecycle.close_paid(
                 conn,
                 deps,
                 [oid for oid in order_ids if oid not in unknown],
@@ -179,7 +180,7 @@ async def _cancel_or_retry(
         await _settle(
             conn,
             settled,
-            {r.id for r in moved},
+            {r.id for r in [*moved, *paid_moved]},
             expected=S.PENDING_PAYMENT,
             deadline=t_orders.c.pay_deadline,
             done=how.done,
@@ -189,6 +190,9 @@ async def _cancel_or_retry(
         if retry:
             reason = "; ".join(sorted({unknown[t.order_id] for t in retry}))[:500]
             await timers.retry(conn, retry, error=f"payment state unknown: {reason}", now=now)
+        # Last before the commit: the shared rows (stock, buyers' counts) stay locked briefly.
+        await lifecycle.release_holds(conn, deps, moved, now)
+        await lifecycle.forfeit_holds(conn, deps, paid_moved, now)
 
 
 async def cancel_unshipped(deps: Deps, batch: Sequence[Claimed]) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Column, Row, and_, case, insert, or_, select, update
+from sqlalchemy import Column, Row, and_, case, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store.schema import orders, reminders, reviews
@@ -69,44 +69,61 @@ async def reminder_states(
     return {order_id: state for order_id, state in (await conn.execute(query)).all()}
 
 
-async def renew_reminder(
+async def renew_reminders(
     conn: AsyncConnection,
-    reminder_id: int,
+    reminder_ids: Sequence[int],
     *,
     token: str,
+    wave: str,
     now: datetime,
     lease: timedelta,
     max_deliveries: int,
     order_statuses: Sequence[str],
     deadline: Column[Any] | None,
-) -> bool:
-    """Right before a send: count the delivery and extend the claim's lease, if the reminder may
-    still go out. That is: the claim is still ours (nobody took it after our lease ran out), it
-    has sends left, and its order is still in one of ``order_statuses`` (with ``deadline``
-    ahead, if given). One statement; returns whether to send."""
-    guard = [orders.c.id == reminders.c.order_id, orders.c.status.in_(order_statuses)]
+) -> set[int]:
+    """Right before their sends: count a delivery and extend the claim's lease of each of these
+    reminders that may still go out. That is: the claim is still ours (``token``: nobody took
+    it after our lease ran out), it has sends left, and its order is still in one of
+    ``order_statuses`` (with ``deadline`` ahead, if given). One statement for all of them; each
+    renewed reminder is then held under ``wave`` (a fresh token) until its outcome is recorded,
+    which is how the dialects without UPDATE ... RETURNING learn which were renewed. Returns
+    the ids to send."""
+    if not reminder_ids:
+        return set()
+    # The order is reached by its id alone: the status test is one no index serves (after a
+    # herd PostgreSQL's statistics say no order is cancelled, and it would walk the status
+    # index for every reminder).
+    status = func.coalesce(orders.c.status, "")
+    guard = [orders.c.id == reminders.c.order_id, status.in_(order_statuses)]
     if deadline is not None:
         guard.append(deadline > now)
     order_waits = select(orders.c.id).where(*guard).exists()
-    result = await conn.execute(
+    statement = (
         update(reminders)
         .where(
-            reminders.c.id == reminder_id,
+            reminders.c.id.in_(reminder_ids),
             reminders.c.claim_token == token,
             reminders.c.state == REMINDER_SENDING,
             reminders.c.deliveries < max_deliveries,
             order_waits,
         )
-        .values(deliveries=reminders.c.deliveries + 1, lease_until=now + lease)
+        .values(deliveries=reminders.c.deliveries + 1, lease_until=now + lease, claim_token=wave)
     )
-    return result.rowcount == 1
+    if conn.dialect.update_returning:
+        return set((await conn.execute(statement.returning(reminders.c.id))).scalars())
+    await conn.execute(statement)
+    held = select(reminders.c.id).where(
+        reminders.c.id.in_(reminder_ids), reminders.c.claim_token == wave
+    )
+    return set((await conn.execute(held)).scalars())
 
 
-async def settle_reminder(
-    conn: AsyncConnection, reminder_id: int, *, token: str, sent: bool, now: datetime
-) -> bool:
-    """Record that a claimed reminder was sent, or give it back to be sent later; a send given
-    back provably did not deliver it, so it is not counted."""
+async def settle_reminders(
+    conn: AsyncConnection, reminder_ids: Sequence[int], *, token: str, sent: bool, now: datetime
+) -> int:
+    """Record that these claimed reminders were sent, or give them back to be sent later; a
+    send given back provably did not deliver, so it is not counted. Returns how many were
+    still ours."""
     values: dict[str, Any] = (
         {"state": REMINDER_SENT, "sent_at": now, "lease_until": None}
         if sent
@@ -117,32 +134,41 @@ async def settle_reminder(
             "deliveries": case((reminders.c.deliveries > 0, reminders.c.deliveries - 1), else_=0),
         }
     )
-    return await _settle(conn, reminder_id, token, values)
+    return await _settle(conn, reminder_ids, token, values)
 
 
-async def record_unknown(
-    conn: AsyncConnection, reminder_id: int, *, token: str, give_up: bool
+async def settle_reminder(
+    conn: AsyncConnection, reminder_id: int, *, token: str, sent: bool, now: datetime
 ) -> bool:
-    """Record a send whose outcome is unknown (it stays counted): the reminder is given back to
-    be sent again later, or, with ``give_up``, never sent again."""
+    """:func:`settle_reminders` for one reminder: whether it was still ours."""
+    return await settle_reminders(conn, [reminder_id], token=token, sent=sent, now=now) == 1
+
+
+async def record_unknowns(
+    conn: AsyncConnection, reminder_ids: Sequence[int], *, token: str, give_up: bool
+) -> int:
+    """Record sends whose outcome is unknown (they stay counted): the reminders are given back
+    to be sent again later, or, with ``give_up``, never sent again."""
     state = REMINDER_UNKNOWN if give_up else REMINDER_PENDING
     values = {"state": state, "claim_token": None, "lease_until": None}
-    return await _settle(conn, reminder_id, token, values)
+    return await _settle(conn, reminder_ids, token, values)
 
 
 async def _settle(
-    conn: AsyncConnection, reminder_id: int, token: str, values: dict[str, Any]
-) -> bool:
+    conn: AsyncConnection, reminder_ids: Sequence[int], token: str, values: dict[str, Any]
+) -> int:
+    if not reminder_ids:
+        return 0
     result = await conn.execute(
         update(reminders)
         .where(
-            reminders.c.id == reminder_id,
+            reminders.c.id.in_(reminder_ids),
             reminders.c.claim_token == token,
             reminders.c.state == REMINDER_SENDING,
         )
         .values(**values)
     )
-    return result.rowcount == 1
+    return int(result.rowcount)
 
 
 async def give_up_reminders(
@@ -173,6 +199,14 @@ async def reminder(conn: AsyncConnection, reminder_id: int) -> Row[Any] | None:
     """One reminder row."""
     query = select(reminders).where(reminders.c.id == reminder_id)
     return (await conn.execute(query)).first()
+
+
+async def reminders_by_id(conn: AsyncConnection, reminder_ids: Sequence[int]) -> list[Row[Any]]:
+    """These reminder rows."""
+    if not reminder_ids:
+        return []
+    query = select(reminders).where(reminders.c.id.in_(reminder_ids))
+    return list((await conn.execute(query)).all())
 
 
 async def delivered_twice(conn: AsyncConnection) -> list[int]:

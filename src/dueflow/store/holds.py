@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.exceptions import CouponUnusable, GoodsUnavailable, OutOfStock, PurchaseLimitExceeded
 from dueflow.seatcache import NoSeatCache, SeatCache
-from dueflow.store import goods, shop, shows
+from dueflow.store import goods, shop, shows, tally
 from dueflow.store.db import after_commit
 from dueflow.store.schema import flash_sales, order_lines, skus
 
@@ -308,6 +308,29 @@ async def lines_of(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int,
         select(order_lines).where(order_lines.c.order_id.in_(order_ids)).order_by(order_lines.c.id)
     )
     for row in (await conn.execute(query)).all():
+        found[row.order_id].append(row)
+    return found
+
+
+_HELD = (
+    order_lines.c.order_id,
+    order_lines.c.kind,
+    order_lines.c.item_id,
+    order_lines.c.label,
+    order_lines.c.quantity,
+)
+
+
+async def held_lines(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int, list[Row[Any]]]:
+    """:func:`lines_of` with only what :func:`describe` needs (order_id, kind, item_id, label,
+    quantity): a cancel of a batch reads every line of it."""
+    found: dict[int, list[Row[Any]]] = {oid: [] for oid in order_ids}
+    if not order_ids:
+        return found
+    of_batch = tally.among(conn, order_lines.c.order_id, order_ids)
+    query = select(*_HELD).where(of_batch).order_by(order_lines.c.id)
+    rows: list[Any] = list((await conn.execute(query)).all())
+    for row in rows:
         found[row.order_id].append(row)
     return found
 

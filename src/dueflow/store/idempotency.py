@@ -1,13 +1,15 @@
 """Statements on ``Idempotency-Key``\\ s of placed orders: one row per (buyer, key), written in
-the placing transaction, so an order and its key commit together or not at all."""
+the placing transaction with the first answer, so an order, its key and the answer to repeat
+commit together or not at all."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy import Row, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store.schema import idempotency_keys
@@ -18,11 +20,14 @@ KEEP = timedelta(hours=24)
 
 @dataclass(frozen=True)
 class Key:
-    """A buyer's ``Idempotency-Key`` and the hash of the request it came with."""
+    """A buyer's ``Idempotency-Key``, the hash of the request it came with, and how the first
+    answer is written for its repeats (the API's JSON of the new order's view; without it the
+    row keeps no answer and a repeat is answered with the order as it is then)."""
 
     buyer_id: int
     key: str
     request_hash: str
+    answer: Callable[[Mapping[str, Any]], str] | None = None
 
 
 async def find(conn: AsyncConnection, buyer_id: int, key: str, now: datetime) -> Row[Any] | None:
@@ -42,10 +47,12 @@ async def claim(
     request_hash: str,
     order_id: int,
     now: datetime,
+    status_code: int | None = None,
+    body: str | None = None,
 ) -> None:
-    """Tie ``key`` to the order being placed (a stale row of the same key is replaced). Two
-    requests racing with one key: the unique key lets one insert; the other's transaction
-    fails (a Conflict) and takes nothing."""
+    """Tie ``key`` to the order being placed, with its first answer if given (a stale row of
+    the same key is replaced). Two requests racing with one key: the unique key lets one
+    insert; the other's transaction fails (a Conflict) and takes nothing."""
     c = idempotency_keys.c
     await conn.execute(
         delete(idempotency_keys).where(
@@ -58,20 +65,10 @@ async def claim(
             key=key,
             request_hash=request_hash,
             order_id=order_id,
+            status_code=status_code,
+            body=body,
             created_at=now,
         )
-    )
-
-
-async def record_answer(
-    conn: AsyncConnection, *, buyer_id: int, key: str, status_code: int, body: str
-) -> None:
-    """The first answer, to give again to a retry."""
-    c = idempotency_keys.c
-    await conn.execute(
-        update(idempotency_keys)
-        .where(c.buyer_id == buyer_id, c.key == key, c.status_code.is_(None))
-        .values(status_code=status_code, body=body)
     )
 
 
@@ -82,14 +79,20 @@ async def purge(conn: AsyncConnection, now: datetime) -> int:
     return int(result.rowcount)
 
 
-async def tie(conn: AsyncConnection, key: Key | None, order_id: int, now: datetime) -> None:
-    """In a placing transaction: tie the request's key, if any, to the new order."""
+async def tie(
+    conn: AsyncConnection, key: Key | None, view: Mapping[str, Any], now: datetime
+) -> None:
+    """Last in a placing transaction: tie the request's key, if any, to the new order whose
+    ``view`` is the answer (kept as the key's :attr:`Key.answer` writes it). No key, no
+    statement."""
     if key is not None:
         await claim(
             conn,
             buyer_id=key.buyer_id,
             key=key.key,
             request_hash=key.request_hash,
-            order_id=order_id,
+            order_id=int(view["id"]),
             now=now,
+            status_code=201 if key.answer is not None else None,
+            body=key.answer(view) if key.answer is not None else None,
         )

@@ -6,33 +6,68 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Column, Row, String, case, func, insert, literal, select, update
+from sqlalchemy import (
+    Column,
+    Row,
+    String,
+    Table,
+    bindparam,
+    case,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.store.schema import order_events, orders
-from dueflow.store.types import UTCDateTime, fit
+from dueflow.store.types import CENT, UTCDateTime, fit
 
 #: What a move sets besides the status: the same for every order, or per (flow, order type).
 Values = Mapping[str, Any] | Callable[[str, str], Mapping[str, Any]]
 
 
+#: Built once: the values of each call are its parameters.
+_INSERT_ORDER = insert(orders)
+_INSERT_EVENT = insert(order_events)
+
+
 async def insert_order(conn: AsyncConnection, **values: Any) -> int:
     """Add an order; returns its id."""
-    result = await conn.execute(insert(orders).values(**values))
+    result = await conn.execute(_INSERT_ORDER, values)
     return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+def as_read(table: Table, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The row of ``table`` just written with ``values`` (its id among them) as a read gives it
+    back: every column in the table's order, None where nothing was written, datetimes in UTC,
+    money to the cent. A new order's view is built from what its transaction wrote."""
+    row = {}
+    for column in table.c:
+        value = values.get(column.name)
+        if isinstance(value, datetime):
+            value = value.astimezone(UTC)
+        elif isinstance(value, Decimal):
+            value = value.quantize(CENT)
+        row[column.name] = value
+    return row
+
+
+_GET = select(orders).where(orders.c.id == bindparam("order_id"))
+_GET_FOR_UPDATE = _GET.with_for_update()
 
 
 async def get(conn: AsyncConnection, order_id: int, *, for_update: bool = False) -> Row[Any] | None:
     """The order with this id, locked for this transaction when ``for_update``."""
-    query = select(orders).where(orders.c.id == order_id)
-    if for_update:
-        query = query.with_for_update()
-    return (await conn.execute(query)).first()
+    query = _GET_FOR_UPDATE if for_update else _GET
+    return (await conn.execute(query, {"order_id": order_id})).first()
 
 
 async def many(conn: AsyncConnection, order_ids: Sequence[int]) -> list[Row[Any]]:
@@ -149,16 +184,15 @@ async def record_events(
     actor = fit(order_events.c.actor, actor) or ""
     detail = fit(order_events.c.detail, detail)
     if len(ids) == 1:
-        await conn.execute(
-            insert(order_events).values(
-                order_id=ids[0],
-                at=now,
-                event=event,
-                actor=actor,
-                from_status=from_status.value if from_status else None,
-                to_status=to_status.value if to_status else None,
-                detail=detail,
-            )
+        await add_event(
+            conn,
+            ids[0],
+            event=event,
+            actor=actor,
+            now=now,
+            from_status=from_status,
+            to_status=to_status,
+            detail=detail,
         )
         return
     # One INSERT ... SELECT for a batch: no per-row parameters to build.
@@ -178,14 +212,43 @@ async def record_events(
     )
 
 
+async def add_event(
+    conn: AsyncConnection,
+    order_id: int,
+    *,
+    event: str,
+    actor: str,
+    now: datetime,
+    from_status: OrderStatus | None = None,
+    to_status: OrderStatus | None = None,
+    detail: str | None = None,
+) -> dict[str, Any]:
+    """Append one timeline entry (texts cut to their columns, as :func:`record_events`);
+    returns it as :func:`timeline` reads it (not yet numbered: ``seq`` is None)."""
+    values = {
+        "order_id": order_id,
+        "at": now,
+        "event": fit(order_events.c.event, event) or "",
+        "actor": fit(order_events.c.actor, actor) or "",
+        "from_status": from_status.value if from_status else None,
+        "to_status": to_status.value if to_status else None,
+        "detail": fit(order_events.c.detail, detail),
+    }
+    result = await conn.execute(_INSERT_EVENT, values)
+    values["id"] = int(result.inserted_primary_key[0])  # type: ignore[index]
+    return as_read(order_events, values)
+
+
+_TIMELINE = (
+    select(order_events)
+    .where(order_events.c.order_id == bindparam("order_id"))
+    .order_by(order_events.c.at, order_events.c.id)
+)
+
+
 async def timeline(conn: AsyncConnection, order_id: int) -> list[Row[Any]]:
     """The order's events, oldest first."""
-    query = (
-        select(order_events)
-        .where(order_events.c.order_id == order_id)
-        .order_by(order_events.c.at, order_events.c.id)
-    )
-    return list((await conn.execute(query)).all())
+    return list((await conn.execute(_TIMELINE, {"order_id": order_id})).all())
 
 
 async def count_by_status(conn: AsyncConnection) -> dict[str, int]:

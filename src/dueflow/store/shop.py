@@ -19,6 +19,7 @@ from sqlalchemy import Row, Table, and_, case, func, insert, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.store import tally
 from dueflow.store.schema import (
     coupon_templates,
     coupons,
@@ -109,7 +110,7 @@ async def units_of(conn: AsyncConnection, order_ids: Sequence[int], kind: str) -
             func.sum(order_lines.c.quantity).label("units"),
         )
         .join(orders, orders.c.id == order_lines.c.order_id)
-        .where(order_lines.c.order_id.in_(order_ids), order_lines.c.kind == kind)
+        .where(tally.among(conn, order_lines.c.order_id, order_ids), order_lines.c.kind == kind)
         .group_by(order_lines.c.item_id, orders.c.buyer_id)
         .order_by(order_lines.c.item_id, orders.c.buyer_id)
     )
@@ -128,14 +129,17 @@ def per_item(rows: Sequence[Row[Any]]) -> dict[int, int]:
 async def give_back(
     conn: AsyncConnection, table: Table, units: Mapping[int, int], now: datetime
 ) -> int:
-    """Held units go back on sale (a cancel before payment); returns how many."""
+    """Held units go back on sale (a cancel before payment); returns how many. Set-based: one
+    UPDATE per distinct amount or per chunk of items (:func:`dueflow.store.tally.add_each`),
+    the rows locked in id order first."""
     c = table.c
-    for item_id in sorted(units):
-        await conn.execute(
-            update(table)
-            .where(c.id == item_id)
-            .values(stock=c.stock + units[item_id], held=c.held - units[item_id], updated_at=now)
-        )
+    await tally.add_each(
+        conn,
+        table,
+        (c.id,),
+        {(item_id,): n for item_id, n in units.items()},
+        lambda n: {"stock": c.stock + n, "held": c.held - n, "updated_at": now},
+    )
     return sum(units.values())
 
 
@@ -183,14 +187,19 @@ async def count_buyer(
 
 
 async def uncount_buyers(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> None:
-    """Released flash units no longer count against their buyers (rows of :func:`units_of`)."""
+    """Released flash units no longer count against their buyers (rows of :func:`units_of`):
+    set-based, as :func:`give_back`."""
+    per_buyer: dict[tally.Key, int] = defaultdict(int)
+    for r in rows:
+        per_buyer[(int(r.item_id), int(r.buyer_id))] += int(r.units)
     row = flash_buyers.c
-    for r in sorted(rows, key=lambda r: (r.item_id, r.buyer_id)):
-        await conn.execute(
-            update(flash_buyers)
-            .where(row.flash_sale_id == r.item_id, row.buyer_id == r.buyer_id)
-            .values(units=row.units - r.units)
-        )
+    await tally.add_each(
+        conn,
+        flash_buyers,
+        (row.flash_sale_id, row.buyer_id),
+        per_buyer,
+        lambda n: {"units": row.units - n},
+    )
 
 
 async def insert_flash_sale(conn: AsyncConnection, **values: Any) -> int:
@@ -308,7 +317,7 @@ async def return_coupons(conn: AsyncConnection, order_ids: Sequence[int], now: d
     c = coupons.c
     result = await conn.execute(
         update(coupons)
-        .where(c.order_id.in_(order_ids), c.state == LOCKED)
+        .where(tally.among(conn, c.order_id, order_ids), c.state == LOCKED)
         .values(
             state=case((c.valid_until <= now, EXPIRED), else_=AVAILABLE),
             order_id=None,

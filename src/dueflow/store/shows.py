@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.exceptions import SeatLimitExceeded, SeatUnavailable
+from dueflow.store import tally
 from dueflow.store.schema import seat_holds, seats, show_buyers, shows, tickets
 
 ON_SALE = "on_sale"
@@ -210,25 +211,30 @@ async def _holds_of(conn: AsyncConnection, order_ids: Sequence[int], state: str)
 
 
 async def _let_go(conn: AsyncConnection, rows: Sequence[Any], state: str) -> list[SeatMove]:
-    """Delete these hold rows and give each buyer's count back."""
+    """Give each buyer's count back, then delete these hold rows. Counts first: a placement
+    counts its buyer's seats before it inserts its holds, so both take the buyer's row before
+    the seats and never wait on each other in a cycle; the counts are set-based, locked in key
+    order (:func:`dueflow.store.tally.add_each`)."""
     if not rows:
         return []
+    per_buyer: dict[tally.Key, int] = defaultdict(int)
+    per_show: dict[int, list[str]] = defaultdict(list)
+    for r in rows:
+        per_buyer[(r.show_id, r.buyer_id)] += 1
+        per_show[r.show_id].append(r.label)
+    row = show_buyers.c
+    await tally.add_each(
+        conn,
+        show_buyers,
+        (row.show_id, row.buyer_id),
+        per_buyer,
+        lambda n: {"seats": row.seats - n},
+    )
     await conn.execute(
         delete(seat_holds).where(
             seat_holds.c.seat_id.in_([r.seat_id for r in rows]), seat_holds.c.state == state
         )
     )
-    per_buyer: dict[tuple[int, int], int] = defaultdict(int)
-    per_show: dict[int, list[str]] = defaultdict(list)
-    for r in rows:
-        per_buyer[(r.show_id, r.buyer_id)] += 1
-        per_show[r.show_id].append(r.label)
-    for (show_id, buyer_id), count in sorted(per_buyer.items()):
-        await conn.execute(
-            update(show_buyers)
-            .where(show_buyers.c.show_id == show_id, show_buyers.c.buyer_id == buyer_id)
-            .values(seats=show_buyers.c.seats - count)
-        )
     return [SeatMove(s, tuple(sorted(labels)), state, FREE) for s, labels in per_show.items()]
 
 

@@ -14,12 +14,26 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, insert, literal_column, or_, select, update
+from sqlalchemy import (
+    Integer,
+    String,
+    and_,
+    false,
+    func,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import ColumnClause
 
 from dueflow.domain.timers import TimerKind, TimerState, backoff, is_stuck
-from dueflow.store.schema import timers
+from dueflow.store import tally
+from dueflow.store.schema import orders, timers
+from dueflow.store.types import UTCDateTime
 
 SKIP_LOCKED_DIALECTS = {"postgresql", "mysql", "mariadb"}
 # States compared as SQL literals, not parameters: the planner then knows a query stays inside the
@@ -81,6 +95,14 @@ def new_token() -> str:
 
 async def schedule(conn: AsyncConnection, new: Sequence[NewTimer], now: datetime) -> list[Armed]:
     """Write timers (one per order and kind); returns them for the trigger."""
+    return [Armed(id=r["id"], due_at=r["due_at"]) for r in await schedule_rows(conn, new, now)]
+
+
+async def schedule_rows(
+    conn: AsyncConnection, new: Sequence[NewTimer], now: datetime
+) -> list[dict[str, Any]]:
+    """:func:`schedule`, returning the rows as written with their ids (one multi-row INSERT,
+    with RETURNING where the dialect has it), in id order."""
     if not new:
         return []
     rows = [
@@ -97,13 +119,25 @@ async def schedule(conn: AsyncConnection, new: Sequence[NewTimer], now: datetime
         for t in new
     ]
     if conn.dialect.insert_executemany_returning:
-        result = await conn.execute(insert(timers).returning(timers.c.id, timers.c.due_at), rows)
-        return [Armed(id=r.id, due_at=r.due_at) for r in result.all()]
-    await conn.execute(insert(timers), rows)
-    query = select(timers.c.id, timers.c.due_at).where(
-        or_(*(and_(timers.c.order_id == t.order_id, timers.c.kind == t.kind.value) for t in new))
-    )
-    return [Armed(id=r.id, due_at=r.due_at) for r in (await conn.execute(query)).all()]
+        written = (await conn.execute(_SCHEDULE_RETURNING, rows)).all()
+    else:
+        await conn.execute(_SCHEDULE, rows)
+        query = select(*_WRITTEN).where(
+            or_(
+                *(and_(timers.c.order_id == t.order_id, timers.c.kind == t.kind.value) for t in new)
+            )
+        )
+        written = (await conn.execute(query)).all()
+    ids = {(r.order_id, r.kind): r.id for r in written}
+    for row in rows:
+        row["id"] = ids[(row["order_id"], row["kind"])]
+    return sorted(rows, key=lambda row: row["id"])
+
+
+#: Built once (schedule runs in every placing transaction).
+_WRITTEN = (timers.c.id, timers.c.order_id, timers.c.kind)
+_SCHEDULE = insert(timers)
+_SCHEDULE_RETURNING = insert(timers).returning(*_WRITTEN)
 
 
 async def cancel_for_orders(
@@ -120,7 +154,7 @@ async def cancel_for_orders(
         return 0
     kinds = ORDER_LIFE_KINDS if kinds is None else kinds
     guard = [
-        timers.c.order_id.in_(order_ids),
+        tally.among(conn, timers.c.order_id, order_ids),
         timers.c.state == SCHEDULED,
         timers.c.kind.in_([k.value for k in kinds]),
     ]
@@ -132,12 +166,59 @@ async def cancel_for_orders(
     return int(result.rowcount)
 
 
+async def schedule_for_orders(
+    conn: AsyncConnection,
+    order_ids: Sequence[int],
+    kind: TimerKind,
+    due_at: datetime,
+    now: datetime,
+) -> list[Armed]:
+    """Write one ``kind`` timer due at ``due_at`` for each of these orders (a batch's notices):
+    one INSERT ... SELECT, no parameters per row; returns them for the trigger."""
+    if not order_ids:
+        return []
+    rows = select(
+        orders.c.id,
+        literal(kind.value, String),
+        literal(due_at, UTCDateTime),
+        literal(due_at, UTCDateTime),
+        SCHEDULED,
+        literal(0, Integer),
+        false(),
+        literal(now, UTCDateTime),
+    ).where(tally.among(conn, orders.c.id, order_ids))
+    columns = ["order_id", "kind", "deadline_at", "due_at", "state", "attempts", "stuck"]
+    statement = insert(timers).from_select([*columns, "created_at"], rows)
+    if conn.dialect.insert_returning:
+        result = await conn.execute(statement.returning(timers.c.id))
+        return [Armed(id=timer_id, due_at=due_at) for timer_id in result.scalars()]
+    await conn.execute(statement)
+    query = select(timers.c.id).where(
+        tally.among(conn, timers.c.order_id, order_ids), timers.c.kind == kind.value
+    )
+    return [Armed(id=timer_id, due_at=due_at) for timer_id in (await conn.execute(query)).scalars()]
+
+
 def _claimable(now: datetime) -> Any:
     return and_(timers.c.state == SCHEDULED, timers.c.due_at <= now)
 
 
 def _lease_expired(now: datetime) -> Any:
     return and_(timers.c.state == CLAIMED, timers.c.lease_until <= now)
+
+
+def _in_state(state: TimerState) -> Any:
+    """The state test of a statement that finds its timers by id, written so that no index can
+    serve it (COALESCE of a column that is never NULL): the planner then goes by the ids. With a
+    plain ``state = 'claimed'`` PostgreSQL may walk the live-timers index over every claim in
+    flight instead (after a herd its statistics still say there are hardly any): thousands of
+    rows read for each statement of a batch."""
+    return func.coalesce(timers.c.state, "") == state.value
+
+
+def _due_by_id(now: datetime) -> Any:
+    """:func:`_claimable` for a claim by id."""
+    return and_(_in_state(TimerState.SCHEDULED), timers.c.due_at <= now)
 
 
 _CLAIMED_COLUMNS = (
@@ -158,7 +239,7 @@ async def _take(
     token = new_token()
     claim = (
         update(timers)
-        .where(timers.c.id.in_(ids), guard)
+        .where(tally.among(conn, timers.c.id, ids), guard)
         .values(
             state=TimerState.CLAIMED.value,
             attempts=timers.c.attempts + 1,
@@ -204,7 +285,7 @@ async def claim_due(
         .limit(limit)
     )
     ids = list((await conn.execute(_locking(conn, query))).scalars())
-    return await _take(conn, ids, _claimable(now), now, lease)
+    return await _take(conn, ids, _due_by_id(now), now, lease)
 
 
 async def claim_ids(
@@ -212,7 +293,7 @@ async def claim_ids(
 ) -> list[Claimed]:
     """Claim these timers if they are scheduled and due; anything else (done, cancelled, claimed,
     not yet due) is left alone, so a stray or repeated delivery never acts."""
-    return await _take(conn, sorted(set(ids)), _claimable(now), now, lease)
+    return await _take(conn, sorted(set(ids)), _due_by_id(now), now, lease)
 
 
 def _walk(query: Any, after: tuple[datetime, int] | None, limit: int) -> Any:
@@ -247,7 +328,11 @@ async def claim_overdue(
     rows = list((await conn.execute(_locking(conn, query))).all())
     if not rows:
         return [], None
-    claimed = await _take(conn, [r.id for r in rows], missed, now, lease)
+    still = or_(
+        and_(_in_state(TimerState.SCHEDULED), timers.c.due_at <= cutoff),
+        and_(_in_state(TimerState.CLAIMED), timers.c.lease_until <= now),
+    )
+    claimed = await _take(conn, [r.id for r in rows], still, now, lease)
     return claimed, (rows[-1].due_at, rows[-1].id)
 
 
@@ -263,9 +348,9 @@ async def finish(
         result = await conn.execute(
             update(timers)
             .where(
-                timers.c.id.in_(ids),
+                tally.among(conn, timers.c.id, ids),
                 timers.c.claim_token == token,
-                timers.c.state == CLAIMED,
+                _in_state(TimerState.CLAIMED),
             )
             .values(
                 state=TimerState.DONE.value,
@@ -293,9 +378,9 @@ async def retry(
             result = await conn.execute(
                 update(timers)
                 .where(
-                    timers.c.id.in_(ids),
+                    tally.among(conn, timers.c.id, ids),
                     timers.c.claim_token == token,
-                    timers.c.state == CLAIMED,
+                    _in_state(TimerState.CLAIMED),
                 )
                 .values(
                     state=TimerState.SCHEDULED.value,
@@ -355,8 +440,8 @@ async def release_claims(conn: AsyncConnection, claimed: Sequence[Claimed]) -> i
     for token, ids in _by_token(claimed):
         result = await conn.execute(
             update(timers)
-            .where(timers.c.id.in_(ids), timers.c.claim_token == token)
-            .where(timers.c.state == CLAIMED)
+            .where(tally.among(conn, timers.c.id, ids), timers.c.claim_token == token)
+            .where(_in_state(TimerState.CLAIMED))
             .values(
                 state=TimerState.SCHEDULED.value,
                 attempts=timers.c.attempts - 1,
@@ -377,8 +462,8 @@ async def extend_lease(
     for token, ids in _by_token(claimed):
         result = await conn.execute(
             update(timers)
-            .where(timers.c.id.in_(ids), timers.c.claim_token == token)
-            .where(timers.c.state == CLAIMED)
+            .where(tally.among(conn, timers.c.id, ids), timers.c.claim_token == token)
+            .where(_in_state(TimerState.CLAIMED))
             .values(lease_until=until)
         )
         held += int(result.rowcount)
@@ -465,7 +550,7 @@ async def rearm(conn: AsyncConnection, timer: Claimed, *, due_at: datetime) -> i
         .where(
             timers.c.id == timer.id,
             timers.c.claim_token == timer.token,
-            timers.c.state == CLAIMED,
+            _in_state(TimerState.CLAIMED),
         )
         .values(
             state=TimerState.SCHEDULED.value,

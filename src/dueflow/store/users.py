@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, insert, select, update
+from sqlalchemy import Row, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store.schema import users
@@ -33,9 +33,15 @@ async def by_name(conn: AsyncConnection, name: str) -> Row[Any] | None:
     return result.first()
 
 
-async def by_token_hash(conn: AsyncConnection, token_hash: str) -> Row[Any] | None:
-    """The user whose token hashes to ``token_hash``."""
-    result = await conn.execute(select(users).where(users.c.token_hash == token_hash))
+#: Every request's first statement, built once: who holds the token (what a caller needs).
+_BY_TOKEN_HASH = select(users.c.id, users.c.name, users.c.is_admin).where(
+    users.c.token_hash == bindparam("token_hash")
+)
+
+
+async def by_token_hash(conn: AsyncConnection, token_hash: str) -> Row[Any, Any, Any] | None:
+    """The user whose token hashes to ``token_hash``: its id, name and is_admin."""
+    result = await conn.execute(_BY_TOKEN_HASH, {"token_hash": token_hash})
     return result.first()
 
 
