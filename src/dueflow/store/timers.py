@@ -155,7 +155,9 @@ async def cancel_for_orders(
     kinds = ORDER_LIFE_KINDS if kinds is None else kinds
     guard = [
         tally.among(conn, timers.c.order_id, order_ids),
-        timers.c.state == SCHEDULED,
+        # By the orders' (order_id, kind) index, never the live-timers one: SQLite's planner
+        # otherwise walks every scheduled timer for each pay or cancel.
+        _in_state(TimerState.SCHEDULED),
         timers.c.kind.in_([k.value for k in kinds]),
     ]
     result = await conn.execute(
@@ -482,7 +484,7 @@ async def scheduled_among(conn: AsyncConnection, ids: Sequence[int]) -> list[Arm
     if not ids:
         return []
     query = select(timers.c.id, timers.c.due_at).where(
-        timers.c.id.in_(ids), timers.c.state == SCHEDULED
+        timers.c.id.in_(ids), _in_state(TimerState.SCHEDULED)
     )
     return [Armed(id=r.id, due_at=r.due_at) for r in (await conn.execute(query)).all()]
 
