@@ -34,6 +34,7 @@ from dueflow.store import (
     aftersale,
     goods,
     holds,
+    hot,
     idempotency,
     orders,
     payments,
@@ -237,7 +238,7 @@ def new_view(
     return view
 
 
-def _goods_state(item: Row[Any]) -> str:
+def _goods_state(item: Row[Any] | hot.HotRow) -> str:
     if item.status != ON_SALE:
         return str(item.status).replace("_", " ")
     return "held by another order"

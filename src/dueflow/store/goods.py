@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
-from sqlalchemy import Row, insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.store import hot
 from dueflow.store.schema import goods
 
 ON_SALE = "on_sale"
@@ -34,23 +34,28 @@ async def insert_goods(
     return int(result.inserted_primary_key[0])  # type: ignore[index]
 
 
-async def get(conn: AsyncConnection, goods_id: int) -> Row[Any] | None:
+#: Placing's read and guarded hold of the goods, run hot (docs/architecture.md, "How hot
+#: statements run").
+_GET = hot.Hot(select(goods).where(goods.c.id == bindparam("goods_id")))
+_HOLD = hot.Hot(
+    update(goods)
+    .where(
+        goods.c.id == bindparam("goods_id"),
+        goods.c.status == ON_SALE,
+        goods.c.reserved_order_id.is_(None),
+    )
+    .values(reserved_order_id=bindparam("order_id"), updated_at=bindparam("now"))
+)
+
+
+async def get(conn: AsyncConnection, goods_id: int) -> hot.HotRow | None:
     """The goods with this id."""
-    return (await conn.execute(select(goods).where(goods.c.id == goods_id))).first()
+    return await _GET.first(conn, goods_id=goods_id)
 
 
 async def hold_goods(conn: AsyncConnection, goods_id: int, order_id: int, now: datetime) -> bool:
     """Hold the goods for ``order_id`` if they are on sale and held by nobody."""
-    result = await conn.execute(
-        update(goods)
-        .where(
-            goods.c.id == goods_id,
-            goods.c.status == ON_SALE,
-            goods.c.reserved_order_id.is_(None),
-        )
-        .values(reserved_order_id=order_id, updated_at=now)
-    )
-    return result.rowcount == 1
+    return await _HOLD.rowcount(conn, goods_id=goods_id, order_id=order_id, now=now) == 1
 
 
 async def release_goods(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:

@@ -27,7 +27,7 @@ import operator
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc
 from sqlalchemy.engine import Dialect
@@ -46,6 +46,10 @@ class HotRow(tuple[Any, ...]):
     @property
     def _mapping(self) -> dict[str, Any]:
         return dict(zip(self._fields, self, strict=True))
+
+    if TYPE_CHECKING:  # the columns' attributes are made per statement (_row_class)
+
+        def __getattr__(self, name: str) -> Any: ...
 
 
 @dataclass
@@ -112,6 +116,7 @@ class Hot:
             value if name is None else params[name] if bind is None else bind(params[name])
             for (name, value), bind in zip(plan.slots, plan.binders, strict=True)
         ]
+        _announce(conn, plan.sql, args)
         fairy = await conn.get_raw_connection()
         try:
             if dialect.name == "postgresql":
@@ -129,6 +134,16 @@ class Hot:
         if plan.readers is None:
             plan.readers = _readers(plan.columns, dialect, types)
         return [_typed(plan, row) for row in raw], count
+
+
+def _announce(conn: AsyncConnection, sql: str, args: list[Any]) -> None:
+    """Tell the engine's ``before_cursor_execute`` listeners of the statement, as Core does
+    (with no cursor and no execution context): what counts statements (the
+    ``dueflow_db_statements_total`` metric, the statement-count tests) sees hot ones too."""
+    sync = conn.sync_connection
+    if sync is not None:
+        for listener in sync.dispatch.before_cursor_execute:
+            listener(sync, None, sql, args, None, False)
 
 
 def _typed(plan: _Plan, row: Sequence[Any]) -> HotRow:

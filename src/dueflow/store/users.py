@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.store import hot
 from dueflow.store.schema import users
 
 
@@ -33,16 +34,18 @@ async def by_name(conn: AsyncConnection, name: str) -> Row[Any] | None:
     return result.first()
 
 
-#: Every request's first statement, built once: who holds the token (what a caller needs).
-_BY_TOKEN_HASH = select(users.c.id, users.c.name, users.c.is_admin).where(
-    users.c.token_hash == bindparam("token_hash")
+#: Every request's first statement, built once and run hot (docs/architecture.md, "How hot
+#: statements run"): who holds the token (what a caller needs).
+_BY_TOKEN_HASH = hot.Hot(
+    select(users.c.id, users.c.name, users.c.is_admin).where(
+        users.c.token_hash == bindparam("token_hash")
+    )
 )
 
 
-async def by_token_hash(conn: AsyncConnection, token_hash: str) -> Row[Any, Any, Any] | None:
+async def by_token_hash(conn: AsyncConnection, token_hash: str) -> hot.HotRow | None:
     """The user whose token hashes to ``token_hash``: its id, name and is_admin."""
-    result = await conn.execute(_BY_TOKEN_HASH, {"token_hash": token_hash})
-    return result.first()
+    return await _BY_TOKEN_HASH.first(conn, token_hash=token_hash)
 
 
 async def set_token_hash(conn: AsyncConnection, user_id: int, token_hash: str) -> int:
