@@ -1,0 +1,180 @@
+"""Pooled connections that the database dropped (a restart, an administrator's kill, MySQL's
+wait_timeout): a connection that sat unused is pinged and replaced before a request uses it; one
+used a moment ago is not pinged (no round trip under load), so the request that finds it dead
+fails once, and every connection opened before it is replaced, never failing request after
+request."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import pytest
+from sqlalchemy import literal_column, select, text
+
+from dueflow.exceptions import BackendUnavailable
+from dueflow.store import db as db_module
+from dueflow.store import hot
+from dueflow.store.db import MESSAGES, POOL_SIZE, Database
+from tests.conftest import SERVICE_URLS, require_service
+
+BACKENDS = {
+    "postgres": (5432, "SELECT pg_backend_pid()", "SELECT pg_terminate_backend({})"),
+    "mysql": (3306, "SELECT connection_id()", "KILL CONNECTION {}"),
+}
+#: Connections each test holds at once, so the pool has more than the one a request takes.
+HELD = 3
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    require_service(name, "127.0.0.1", BACKENDS[name][0])
+    return name
+
+
+@pytest.fixture
+async def db(backend: str) -> AsyncIterator[Database]:
+    url = SERVICE_URLS[backend]
+    assert url is not None
+    database = Database.from_url(url)
+    yield database
+    await database.dispose()
+
+
+async def held_ids(db: Database, backend: str) -> set[int]:
+    """The server-side ids of HELD connections taken from the pool at once."""
+    async with AsyncExitStack() as stack:
+        ids = set()
+        for _ in range(HELD):
+            conn = await stack.enter_async_context(db.read())
+            ids.add(int((await conn.execute(text(BACKENDS[backend][1]))).scalar_one()))
+    return ids
+
+
+async def drop(backend: str, ids: set[int]) -> None:
+    """End those connections from another one, as a restart or an administrator would."""
+    url = SERVICE_URLS[backend]
+    assert url is not None
+    other = Database.from_url(url)
+    try:
+        async with other.write() as conn:
+            for ident in ids:
+                await conn.execute(text(BACKENDS[backend][2].format(ident)))
+    finally:
+        await other.dispose()
+
+
+def count_pings(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """A list that grows by one at each ping of ``db``'s pool."""
+    pings: list[object] = []
+    dialect = db.engine.dialect
+    real = dialect.do_ping
+
+    def counted(dbapi_connection: object) -> bool:
+        pings.append(dbapi_connection)
+        return real(dbapi_connection)
+
+    monkeypatch.setattr(dialect, "do_ping", counted)
+    return pings
+
+
+def test_the_pool_keeps_what_it_opens() -> None:
+    pool = Database.from_url("postgresql://nobody@127.0.0.1/none").engine.pool
+    assert pool.size() == POOL_SIZE  # type: ignore[attr-defined]
+    assert pool._max_overflow == 0  # type: ignore[attr-defined]
+
+
+async def test_connections_idle_past_the_limit_are_pinged_and_replaced(db, backend, monkeypatch):
+    first = await held_ids(db, backend)
+    await drop(backend, first)
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 0.0)
+    pings = count_pings(db, monkeypatch)
+
+    second = await held_ids(db, backend)
+
+    assert len(second) == HELD and not second & first
+    # The first ping found its connection dead and every older one was replaced unpinged.
+    assert len(pings) == 1
+
+
+async def test_connections_used_a_moment_ago_are_not_pinged(db, backend, monkeypatch):
+    first = await held_ids(db, backend)
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 3600.0)
+    pings = count_pings(db, monkeypatch)
+
+    assert await held_ids(db, backend) == first
+    assert pings == []
+
+
+async def test_a_dropped_connection_used_a_moment_ago_fails_one_request_only(
+    db, backend, monkeypatch
+):
+    first = await held_ids(db, backend)
+    await drop(backend, first)
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 3600.0)
+
+    with pytest.raises(BackendUnavailable) as raised:
+        async with db.read() as conn:
+            await conn.execute(text("SELECT 1"))
+    assert raised.value.message == MESSAGES[BackendUnavailable]
+
+    # The pool was invalidated at that failure: the other dropped connections are replaced too.
+    second = await held_ids(db, backend)
+    assert len(second) == HELD and not second & first
+
+
+async def test_a_ping_that_fails_otherwise_fails_the_checkout(db, backend, monkeypatch):
+    await held_ids(db, backend)
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 0.0)
+    dialect = db.engine.dialect
+
+    def broken(_dbapi_connection: object) -> bool:
+        raise dialect.loaded_dbapi.Error("not a disconnect")
+
+    monkeypatch.setattr(dialect, "do_ping", broken)
+    monkeypatch.setattr(dialect, "is_disconnect", lambda *_args: False)
+
+    with pytest.raises(BackendUnavailable):
+        async with db.read() as conn:
+            await conn.execute(text("SELECT 1"))
+
+
+ONE = hot.Hot(select(literal_column("1").label("one")))
+
+
+async def test_a_dropped_connection_a_hot_statement_finds_fails_one_request_only(
+    db, backend, monkeypatch
+):
+    # A hot statement runs on the driver connection, past SQLAlchemy's own error handling: the
+    # rollback that follows its failure is what invalidates the pool.
+    first = await held_ids(db, backend)
+    await drop(backend, first)
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 3600.0)
+
+    with pytest.raises(BackendUnavailable):
+        async with db.read() as conn:
+            await ONE.first(conn)
+
+    second = await held_ids(db, backend)
+    assert len(second) == HELD and not second & first
+    async with db.read() as conn:
+        assert (await ONE.first(conn)) == (1,)
+
+
+async def test_an_error_on_a_live_connection_replaces_nothing(db, backend, monkeypatch):
+    first = await held_ids(db, backend)
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 3600.0)
+    pings = count_pings(db, monkeypatch)
+
+    with pytest.raises(BackendUnavailable):
+        async with db.read() as conn:
+            await conn.execute(text("SELECT no_such_column"))
+
+    assert await held_ids(db, backend) == first
+    assert pings == []
