@@ -73,8 +73,7 @@ async def close_unpaid(
     if not moved:
         return moved
     ids = [r.id for r in moved]
-    await record_moves(conn, moved, S.PENDING_PAYMENT, event, actor=actor, now=now)
-    await _released(conn, moved, RELEASED, actor=actor, now=now)
+    await _record_cancels(conn, moved, S.PENDING_PAYMENT, event, RELEASED, actor=actor, now=now)
     await payments.close_open(conn, ids, now)
     await timers.cancel_for_orders(conn, ids, now)
     await _tell_buyers(conn, deps, ids, now)
@@ -142,8 +141,7 @@ async def close_paid(
     if not moved:
         return moved
     ids = [r.id for r in moved]
-    await record_moves(conn, moved, expected, event, actor=actor, now=now)
-    await _released(conn, moved, FORFEITED, actor=actor, now=now)
+    await _record_cancels(conn, moved, expected, event, FORFEITED, actor=actor, now=now)
     paid = await payments.for_orders(conn, ids, state=payments.PAID)
     await payments.create_refunds(conn, paid, reason=event.value, now=now, actor=actor)
     await timers.cancel_for_orders(conn, ids, now)
@@ -214,27 +212,41 @@ async def record_moves(
         )
 
 
-async def _released(
+async def _record_cancels(
     conn: AsyncConnection,
     moved: Sequence[Row[Any]],
+    expected: OrderStatus,
+    event: OrderEvent,
     where: Mapping[str, str],
     *,
     actor: str,
     now: datetime,
 ) -> None:
+    """The timeline of a cancel, in one statement for the batch: each order's move (naming the
+    status its flow moved it to), then each order's ``released`` event, in that order."""
+    entries = [
+        events.Entry(r.id, event.value, expected.value, to.value)
+        for to, rows in orders.moved_to(moved, expected, event).items()
+        for r in sorted(rows, key=lambda r: r.id)
+    ]
+    entries += await _released(conn, moved, where)
+    await events.record(conn, entries, actor=actor, now=now)
+
+
+async def _released(
+    conn: AsyncConnection, moved: Sequence[Row[Any]], where: Mapping[str, str]
+) -> list[events.Entry]:
     """The ``released`` event of each cancelled order: what it held, and where each kind
     went."""
-    if not moved:
-        return
     lines = await holds.held_lines(conn, [r.id for r in moved])
     entries = []
-    for r in moved:
+    for r in sorted(moved, key=lambda r: r.id):
         by_kind: dict[str, list[Row[Any]]] = defaultdict(list)
         for line in lines[r.id]:
             by_kind[line.kind].append(line)
         parts = [f"{holds.describe(group)} {where[kind]}" for kind, group in by_kind.items()]
-        entries.append((r.id, "; ".join(parts) or "nothing held"))
-    await events.record_each(conn, entries, event="released", actor=actor, now=now)
+        entries.append(events.Entry(r.id, "released", detail="; ".join(parts) or "nothing held"))
+    return entries
 
 
 async def receive(

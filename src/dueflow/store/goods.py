@@ -9,7 +9,7 @@ from decimal import Decimal
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store import hot
+from dueflow.store import hot, tally
 from dueflow.store.schema import goods
 
 ON_SALE = "on_sale"
@@ -64,7 +64,7 @@ async def release_goods(conn: AsyncConnection, order_ids: Sequence[int], now: da
         return 0
     result = await conn.execute(
         update(goods)
-        .where(goods.c.reserved_order_id.in_(order_ids), goods.c.status == ON_SALE)
+        .where(tally.among(conn, goods.c.reserved_order_id, order_ids), goods.c.status == ON_SALE)
         .values(reserved_order_id=None, updated_at=now)
     )
     return int(result.rowcount)
@@ -76,7 +76,7 @@ async def sell_goods(conn: AsyncConnection, order_ids: Sequence[int], now: datet
         return 0
     result = await conn.execute(
         update(goods)
-        .where(goods.c.reserved_order_id.in_(order_ids), goods.c.status == ON_SALE)
+        .where(tally.among(conn, goods.c.reserved_order_id, order_ids), goods.c.status == ON_SALE)
         .values(status=SOLD, updated_at=now)
     )
     return int(result.rowcount)
@@ -88,7 +88,7 @@ async def take_off_sale(conn: AsyncConnection, order_ids: Sequence[int], now: da
         return 0
     result = await conn.execute(
         update(goods)
-        .where(goods.c.reserved_order_id.in_(order_ids))
+        .where(tally.among(conn, goods.c.reserved_order_id, order_ids))
         .values(status=OFF_SALE, reserved_order_id=None, updated_at=now)
     )
     return int(result.rowcount)

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
+from dueflow.store import tally
 from dueflow.store.schema import order_events, orders
 from dueflow.store.types import CENT, UTCDateTime, fit
 
@@ -74,7 +75,9 @@ async def many(conn: AsyncConnection, order_ids: Sequence[int]) -> list[Row[Any]
     """The orders with these ids."""
     if not order_ids:
         return []
-    return list((await conn.execute(select(orders).where(orders.c.id.in_(order_ids)))).all())
+    return list(
+        (await conn.execute(select(orders).where(tally.among(conn, orders.c.id, order_ids)))).all()
+    )
 
 
 # What a move hands back: enough to act on the moved orders, nothing that costs conversions.
@@ -120,7 +123,7 @@ async def move(
     if not flows:
         return []
     guard = [
-        orders.c.id.in_(order_ids),
+        tally.among(conn, orders.c.id, order_ids),
         orders.c.status == expected.value,
         orders.c.flow.in_(flows),
     ]
@@ -146,7 +149,7 @@ async def move(
         extra = values(flow, order_type) if callable(values) else (values or {})
         result = await conn.execute(
             update(orders)
-            .where(orders.c.id.in_(ids), orders.c.status == expected.value)
+            .where(tally.among(conn, orders.c.id, ids), orders.c.status == expected.value)
             .values(status=to, updated_at=now, **extra)
         )
         if result.rowcount != len(ids):  # impossible while the rows are locked
@@ -204,7 +207,7 @@ async def record_events(
         literal(from_status.value if from_status else None, String),
         literal(to_status.value if to_status else None, String),
         literal(detail, String),
-    ).where(orders.c.id.in_(ids))
+    ).where(tally.among(conn, orders.c.id, ids))
     await conn.execute(
         insert(order_events).from_select(
             ["order_id", "at", "event", "actor", "from_status", "to_status", "detail"], entries

@@ -11,7 +11,7 @@ from sqlalchemy import Row, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store import events
+from dueflow.store import events, tally
 from dueflow.store.schema import discrepancies, orders, payments, refunds
 from dueflow.store.types import fit
 
@@ -104,7 +104,7 @@ async def for_orders(
     """The attempts of these orders (in ``state`` if given), oldest first."""
     if not order_ids:
         return []
-    query = select(payments).where(payments.c.order_id.in_(order_ids))
+    query = select(payments).where(tally.among(conn, payments.c.order_id, order_ids))
     if state is not None:
         query = query.where(payments.c.state == state)
     return list((await conn.execute(query.order_by(payments.c.id))).all())
@@ -137,7 +137,7 @@ async def _close_where(
         return 0
     result = await conn.execute(
         update(payments)
-        .where(column.in_(values), payments.c.state == OPEN)
+        .where(tally.among(conn, column, values), payments.c.state == OPEN)
         .values(state=CLOSED, handled_at=now)
     )
     return int(result.rowcount)
