@@ -15,7 +15,7 @@ and one ``released`` event per order, one sent ``order_closed`` notice (one deli
 every timer finished as it should.
 
     .venv/bin/python benchmarks/herd_shop.py --orders 10000            # SQLite
-    .venv/bin/python benchmarks/herd_shop.py --database-url postgresql://postgres@127.0.0.1/bench6 \\
+    .venv/bin/python benchmarks/herd_shop.py --database-url postgresql://postgres@127.0.0.1/bench \\
         --workers 2
 """
 

@@ -12,7 +12,7 @@ every seat free (no hold left), every buyer's count back to 0, one ``pay_timeout
 timer finished as it should.
 
     .venv/bin/python benchmarks/herd_tickets.py --orders 10000            # SQLite
-    .venv/bin/python benchmarks/herd_tickets.py --database-url postgresql://postgres@127.0.0.1/bench6 \\
+    .venv/bin/python benchmarks/herd_tickets.py --database-url postgresql://postgres@127.0.0.1/bench \\
         --workers 2
 """
 

@@ -20,7 +20,7 @@ and SKU lines agree), each order's amount is its lines', per-buyer counts equal 
 and stay within the limit, one order per 201. Any failed check fails the run (exit 1).
 
     .venv/bin/python benchmarks/http_flash.py                        # SQLite
-    .venv/bin/python benchmarks/http_flash.py --database-url postgresql://postgres@127.0.0.1/bench6
+    .venv/bin/python benchmarks/http_flash.py --database-url postgresql://postgres@127.0.0.1/bench
 """
 
 from __future__ import annotations

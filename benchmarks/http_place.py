@@ -29,7 +29,7 @@ reference's.
 
     .venv/bin/python benchmarks/http_place.py                           # SQLite, 10 s a run
     .venv/bin/python benchmarks/http_place.py --backend postgres --processes 2
-    .venv/bin/python benchmarks/http_place.py --backend mysql --mysql-url mysql://root@127.0.0.1/h7
+    .venv/bin/python benchmarks/http_place.py --backend mysql --mysql-url mysql://root@127.0.0.1/bench
     .venv/bin/python benchmarks/http_place.py --no-reference --py-spy /tmp/spy
 """
 
@@ -66,9 +66,11 @@ LUA = Path(__file__).with_suffix(".lua")
 REFERENCE = Path(__file__).with_name("reference_server.py")
 PY_SPY = Path(sys.executable).parent / "py-spy"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: Where --backend postgres / mysql run by default: a database of the benchmark's own, emptied and
+#: seeded again for each run (create it first: `createdb bench`, `CREATE DATABASE bench`).
 URLS = {
-    "postgres": "postgresql://postgres@127.0.0.1/h7",
-    "mysql": "mysql://root@127.0.0.1/h7",
+    "postgres": "postgresql://postgres@127.0.0.1/bench",
+    "mysql": "mysql://root@127.0.0.1/bench",
 }
 
 #: The checks after a run: name -> SQL answering one number that must be 0.

@@ -16,8 +16,8 @@ seat lines of live orders, every live order's lines are exactly its holds, no ho
 order, the per-buyer counts equal the holds and stay within the limit, one order per 201.
 
     .venv/bin/python benchmarks/http_tickets.py                        # SQLite
-    .venv/bin/python benchmarks/http_tickets.py --database-url postgresql://postgres@127.0.0.1/h5
-    .venv/bin/python benchmarks/http_tickets.py --database-url postgresql://postgres@127.0.0.1/h5 \\
+    .venv/bin/python benchmarks/http_tickets.py --database-url postgresql://postgres@127.0.0.1/bench
+    .venv/bin/python benchmarks/http_tickets.py --database-url postgresql://postgres@127.0.0.1/bench \\
         --seat-cache-url redis://127.0.0.1:6379/13
 """
 

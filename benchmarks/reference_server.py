@@ -11,7 +11,7 @@ line, the goods held, the ``cancel_unpaid`` and ``pay_reminder`` timers, the ``p
 so the same database checks hold after a run. No worker, no timers fire, nothing else.
 
     .venv/bin/python benchmarks/reference_server.py --database-url sqlite:///x.db --port 8100
-    .venv/bin/python benchmarks/reference_server.py --database-url postgresql://postgres@127.0.0.1/h7 \\
+    .venv/bin/python benchmarks/reference_server.py --database-url postgresql://postgres@127.0.0.1/bench \\
         --workers 2
 
 ``GET /healthz`` answers ok; ``GET /metrics`` gives ``reference_db_statements_total`` (the
