@@ -334,9 +334,11 @@ async def test_a_reminder_is_not_sent_for_an_order_that_moved_on_during_the_batc
 
 async def test_the_summary_reports_a_reminder_delivered_twice(world, receiver):
     """An unknown outcome (the receiver got it, the answer was too slow) then a resend: the
-    receiver holds two deliveries of one reminder, and the summary says so."""
-    use_webhook(world, receiver, timeout=0.05)
-    receiver.before_answer = lambda n, body: time.sleep(0.3) if n == 1 else None
+    receiver holds two deliveries of one reminder, and the summary says so. The sender waits
+    0.25 s, long enough that on a busy machine the request still reaches the receiver first (at
+    0.05 s a send could time out before it arrived: one delivery, not two)."""
+    use_webhook(world, receiver, timeout=0.25)
+    receiver.before_answer = lambda n, body: time.sleep(1.0) if n == 1 else None
     order_ids = [await place(world) for _ in range(2)]
     world.clock.advance(timedelta(minutes=5))
     await world.worker.drain()
