@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import sqlite3
 import subprocess
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -212,3 +214,27 @@ def started(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def run_wrk(command: Sequence[str], work: Path, threads: int, tag: str) -> dict[str, Any]:
+    """Run a wrk ``command`` whose Lua script writes ``done-*`` files into ``work`` as each of
+    its ``threads`` stops and prints one ``<tag> {json}`` line (and ``OTHER ...`` lines for
+    unexpected answers); the parsed result with the first ten others as ``other_answers``."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work)
+    # wrk runs its whole -d even when every thread has stopped; SIGINT ends it early and it
+    # then reports the time taken (this poll adds at most ~10 ms to it).
+    while proc.poll() is None and len(list(work.glob("done-*"))) < threads:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = (part.decode() for part in proc.communicate(timeout=60))
+    result: dict[str, Any] = {}
+    others: list[str] = []
+    for line in stdout.splitlines():
+        if line.startswith(f"{tag} "):
+            result = json.loads(line[len(tag) + 1 :])
+        elif line.startswith("OTHER "):
+            others.append(line[6:])
+    if not result:
+        raise RuntimeError(f"wrk printed no result:\n{stdout}\n{stderr}")
+    result["other_answers"] = others[:10]
+    return result

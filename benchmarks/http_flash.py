@@ -31,8 +31,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -174,24 +172,7 @@ def sale(args: argparse.Namespace, port: int, tmp: Path, sale_id: int) -> dict[s
         str(args.quantity),
         str(args.attempts // args.threads),
     ]
-    wrk = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp)
-    # wrk runs its whole -d even when every thread has stopped; SIGINT ends it early and it
-    # then reports the time taken (this poll adds at most ~10 ms to it).
-    while wrk.poll() is None and len(list(tmp.glob("done-*"))) < args.threads:
-        time.sleep(0.01)
-    wrk.send_signal(signal.SIGINT)
-    stdout, stderr = (part.decode() for part in wrk.communicate(timeout=60))
-    result: dict[str, Any] = {}
-    others: list[str] = []
-    for line in stdout.splitlines():
-        if line.startswith("FLASH "):
-            result = json.loads(line[6:])
-        elif line.startswith("OTHER "):
-            others.append(line[6:])
-    if not result:
-        raise RuntimeError(f"wrk printed no result:\n{stdout}\n{stderr}")
-    result["other_answers"] = others[:10]
-    return result
+    return _seed.run_wrk(command, tmp, args.threads, "FLASH")
 
 
 async def check(url: str) -> dict[str, Any]:

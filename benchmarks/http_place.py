@@ -280,24 +280,7 @@ def wrk(
         str(args.threads),
         str(max(1, round(seconds))),
     ]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work)
-    # wrk runs its whole -d even when every thread has stopped; SIGINT ends it and it then
-    # reports the time taken (this poll adds at most ~10 ms to it).
-    while proc.poll() is None and len(list(work.glob("done-*"))) < args.threads:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = (part.decode() for part in proc.communicate(timeout=60))
-    result: dict[str, Any] = {}
-    others: list[str] = []
-    for line in stdout.splitlines():
-        if line.startswith("PLACE "):
-            result = json.loads(line[6:])
-        elif line.startswith("OTHER "):
-            others.append(line[6:])
-    if not result:
-        raise RuntimeError(f"wrk printed no result:\n{stdout}\n{stderr}")
-    result["other_answers"] = others[:10]
-    return result
+    return _seed.run_wrk(command, work, args.threads, "PLACE")
 
 
 def server(

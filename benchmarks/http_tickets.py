@@ -28,9 +28,7 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -182,24 +180,7 @@ def rush(args: argparse.Namespace, port: int, tmp: Path, show_id: int) -> dict[s
         str(show_id),
         str(per_thread),
     ]
-    wrk = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp)
-    # wrk runs its whole -d even when every thread has stopped; SIGINT ends it early and it
-    # then reports the time taken (this poll adds at most ~10 ms to it).
-    while wrk.poll() is None and len(list(tmp.glob("done-*"))) < args.threads:
-        time.sleep(0.01)
-    wrk.send_signal(signal.SIGINT)
-    stdout, stderr = (part.decode() for part in wrk.communicate(timeout=60))
-    result: dict[str, Any] = {}
-    others: list[str] = []
-    for line in stdout.splitlines():
-        if line.startswith("RUSH "):
-            result = json.loads(line[5:])
-        elif line.startswith("OTHER "):
-            others.append(line[6:])
-    if not result:
-        raise RuntimeError(f"wrk printed no result:\n{stdout}\n{stderr}")
-    result["other_answers"] = others[:10]
-    return result
+    return _seed.run_wrk(command, tmp, args.threads, "RUSH")
 
 
 async def check(url: str) -> dict[str, int]:
