@@ -51,6 +51,24 @@ OFF = Decimal("5.00")
 MINIMUM = Decimal("20.00")
 COUPON_TITLE = "5.00 off"
 
+#: What every flow's herd leaves for each order: its notice sent once, its timers settled.
+NOTICES_AND_TIMERS = {
+    "order_closed notices sent once": (
+        "SELECT count(*) FROM reminders WHERE kind = 'order_closed' AND state = 'sent' "
+        "AND deliveries = 1"
+    ),
+    "cancel_unpaid timers done": (
+        "SELECT count(*) FROM timers WHERE kind = 'cancel_unpaid' AND state = 'done'"
+    ),
+    "order_closed timers done (sent)": (
+        "SELECT count(*) FROM timers WHERE kind = 'order_closed' AND state = 'done' "
+        "AND outcome = 'sent'"
+    ),
+    "pay_reminder timers cancelled": (
+        "SELECT count(*) FROM timers WHERE kind = 'pay_reminder' AND state = 'cancelled'"
+    ),
+}
+
 #: The checks after the run: name -> SQL answering one number that must equal the orders.
 EVERY_ORDER = {
     "orders cancelled_unpaid by pay_timeout": (
@@ -73,20 +91,7 @@ EVERY_ORDER = {
         "AND detail LIKE 'sku % back in stock; coupon % back to the buyer'"
     ),
     "order_closed notices": "SELECT count(*) FROM reminders WHERE kind = 'order_closed'",
-    "order_closed notices sent once": (
-        "SELECT count(*) FROM reminders WHERE kind = 'order_closed' AND state = 'sent' "
-        "AND deliveries = 1"
-    ),
-    "cancel_unpaid timers done": (
-        "SELECT count(*) FROM timers WHERE kind = 'cancel_unpaid' AND state = 'done'"
-    ),
-    "order_closed timers done (sent)": (
-        "SELECT count(*) FROM timers WHERE kind = 'order_closed' AND state = 'done' "
-        "AND outcome = 'sent'"
-    ),
-    "pay_reminder timers cancelled": (
-        "SELECT count(*) FROM timers WHERE kind = 'pay_reminder' AND state = 'cancelled'"
-    ),
+    **NOTICES_AND_TIMERS,
 }
 #: name -> SQL answering one number that must be 0.
 NONE_LEFT = {

@@ -56,20 +56,7 @@ EVERY_ORDER = {
     "orders with a released event": (
         "SELECT count(DISTINCT order_id) FROM order_events WHERE event = 'released'"
     ),
-    "order_closed notices sent once": (
-        "SELECT count(*) FROM reminders WHERE kind = 'order_closed' AND state = 'sent' "
-        "AND deliveries = 1"
-    ),
-    "cancel_unpaid timers done": (
-        "SELECT count(*) FROM timers WHERE kind = 'cancel_unpaid' AND state = 'done'"
-    ),
-    "order_closed timers done (sent)": (
-        "SELECT count(*) FROM timers WHERE kind = 'order_closed' AND state = 'done' "
-        "AND outcome = 'sent'"
-    ),
-    "pay_reminder timers cancelled": (
-        "SELECT count(*) FROM timers WHERE kind = 'pay_reminder' AND state = 'cancelled'"
-    ),
+    **herd_shop.NOTICES_AND_TIMERS,
 }
 NONE_LEFT = {
     "seats still held": "SELECT count(*) FROM seat_holds",
