@@ -141,7 +141,10 @@ class RedisSeatCache(SeatCache):
         Raises:
             ConfigError: an option other than ``prefix``.
         """
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # an unclosed IPv6 bracket, say
+            raise ConfigError(f"redis seat cache: bad URL {url!r}: {exc}") from None
         options = dict(parse_qsl(parts.query, keep_blank_values=True))
         unknown = sorted(set(options) - {"prefix"})
         if unknown:

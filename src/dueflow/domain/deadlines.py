@@ -29,7 +29,10 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
     if isinstance(text, timedelta):
         seconds = text.total_seconds()
     elif isinstance(text, int | float) and not isinstance(text, bool):
-        seconds = float(text)
+        try:
+            seconds = float(text)
+        except OverflowError:  # an int past float's range (not even repr() of it is safe)
+            raise ConfigError(f"a duration is at most {MAX_DURATION.days} days") from None
     else:
         raw = str(text).strip().lower().replace(" ", "")
         if re.fullmatch(r"\d+(\.\d+)?", raw):

@@ -18,9 +18,16 @@ def parse_yuan(value: object) -> Decimal:
     """A positive amount in yuan with at most two decimals (``"12.5"`` -> ``Decimal("12.50")``).
 
     Floats are refused: money never passes through binary floating point.
+
+    Raises:
+        InvalidInput: Not such an amount (a float, another notation, not above zero, above
+            :data:`MAX_AMOUNT` or with fractions of a fen).
     """
     if isinstance(value, (bool, float)):
         raise InvalidInput("amounts are given as strings or integers, never floats")
+    if isinstance(value, int) and abs(value) > MAX_AMOUNT:
+        # Before str(): an int of over 4300 digits cannot even be written out.
+        raise InvalidInput(f"an amount must be above 0 and at most {MAX_AMOUNT}")
     text = str(value).strip()
     if not DECIMAL_TEXT.fullmatch(text):
         raise InvalidInput(f"not an amount: {value!r} (write it like 12.50)")

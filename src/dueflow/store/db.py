@@ -59,10 +59,14 @@ SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
 
 
 def async_url(url: str) -> str:
-    """Map a plain database URL (``sqlite:///x.db``) to its asyncio driver's URL."""
+    """Map a plain database URL (``sqlite:///x.db``) to its asyncio driver's URL.
+
+    Raises:
+        ConfigError: Not a database URL, an unsupported database, or SQLite in memory.
+    """
     try:
         parsed = make_url(url)
-    except exc.ArgumentError:
+    except (exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigError(f"not a database URL: {url!r}") from None
     backend = parsed.drivername.split("+", 1)[0]
     if backend not in _ASYNC_DRIVERS:

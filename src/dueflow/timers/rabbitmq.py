@@ -260,8 +260,15 @@ class RabbitTrigger(Trigger):
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> RabbitTrigger:
         """``amqp[s]://user:pass@host:port/vhost?prefix=..&horizon=2h&connect_timeout=5s``;
-        ``prefetch`` and ``batch`` take counts; other query options go to aio-pika."""
-        parts = urlsplit(url)
+        ``prefetch`` and ``batch`` take counts; other query options go to aio-pika.
+
+        Raises:
+            ConfigError: Not an amqp:// URL, or a malformed option.
+        """
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # an unclosed IPv6 bracket, say
+            raise ConfigError(f"bad rabbitmq trigger URL {url!r}: {exc}") from None
         if parts.scheme not in ("amqp", "amqps"):
             raise ConfigError(f"not an amqp:// or amqps:// URL: {url!r}")
         ours: dict[str, str] = {}

@@ -168,7 +168,10 @@ class RedisTrigger(Trigger):
         Raises:
             ConfigError: a malformed option.
         """
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # an unclosed IPv6 bracket, say
+            raise ConfigError(f"redis trigger: bad URL {url!r}: {exc}") from None
         if parts.scheme != cls.scheme:
             raise ConfigError(f"not a redis trigger URL: {url!r}")
         options: dict[str, Any] = {}

@@ -18,7 +18,11 @@ TRIGGERS: dict[str, type[Trigger]] = {
 
 
 def from_url(url: str, *, clock: Clock | None = None) -> Trigger:
-    """The trigger for ``url``: ``db``, ``redis://...`` or ``amqp://...``."""
+    """The trigger for ``url``: ``db``, ``redis://...`` or ``amqp://...``.
+
+    Raises:
+        ConfigError: An unsupported scheme, or a URL or option the trigger refuses.
+    """
     scheme = url.split("://", 1)[0] if "://" in url else url
     try:
         cls = TRIGGERS[scheme]

@@ -214,6 +214,8 @@ def _members(text: str) -> dict[str, tuple[int, int]]:
         return _top_level_members(text)
     except ValueError as exc:
         raise MalformedNotification(f"the response is not a JSON object: {exc}") from None
+    except RecursionError:  # nested deeper than the JSON scanner goes
+        raise MalformedNotification("the response is not a JSON object: nested too deep") from None
 
 
 def _top_level_members(text: str) -> dict[str, tuple[int, int]]:

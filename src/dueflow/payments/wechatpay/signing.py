@@ -425,7 +425,7 @@ def _text_field(resource: Mapping[str, Any], name: str, *, required: bool = True
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
         parsed = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deep
         raise MalformedNotification(f"{what} is not JSON") from None
     if not isinstance(parsed, dict):
         raise MalformedNotification(f"{what} is not a JSON object")
