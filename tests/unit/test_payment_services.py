@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import select
 
-from dueflow.domain.timers import backoff
+from dueflow.domain.timers import quick_backoff
 from dueflow.exceptions import (
     Busy,
     InvalidInput,
@@ -485,7 +485,9 @@ async def test_timeout_with_unknown_answer_retries(world, fake, answer, error_pa
     cancel = await timer(world, order_id, "cancel_unpaid")
     assert cancel.state == "scheduled"
     assert cancel.attempts == 1
-    assert cancel.due_at == now + timedelta(seconds=30)
+    # A payment whose state is not known yet holds the cancel briefly: tried again in 2 s
+    # (doubling), not after the 30 s backoff of other failures.
+    assert cancel.due_at == now + quick_backoff(1) == now + timedelta(seconds=2)
     assert cancel.deadline_at == START + timedelta(minutes=30)
     assert cancel.stuck is False
     assert cancel.last_error and error_part in cancel.last_error
@@ -494,7 +496,7 @@ async def test_timeout_with_unknown_answer_retries(world, fake, answer, error_pa
         assert "RuntimeError" in cancel.last_error
 
     # not yet due again: nothing runs
-    world.clock.advance(timedelta(seconds=29))
+    world.clock.advance(timedelta(seconds=1))
     assert await world.worker.drain() == 0
     assert fake.calls == [pay_no]
 
@@ -509,9 +511,9 @@ async def test_unknown_answers_flag_the_timer_stuck_but_keep_it(world, fake):
         cancel = await timer(world, order_id, "cancel_unpaid")
         assert cancel.state == "scheduled"
         assert cancel.attempts == attempt
-        assert cancel.due_at == world.clock.now() + backoff(attempt)
+        assert cancel.due_at == world.clock.now() + quick_backoff(attempt)
         assert cancel.stuck is (attempt >= 5)
-        world.clock.advance(backoff(attempt))
+        world.clock.advance(quick_backoff(attempt))
     assert len(fake.calls) == 5
     assert (await order_view(world.deps, order_id))["status"] == "pending_payment"
 

@@ -484,3 +484,12 @@ async def test_rearm_puts_a_claim_back_at_a_later_time_uncounted(world):
         assert await timers.rearm(conn, c, due_at=later) == 1
     r = await row(world, t)
     assert (r.state, r.due_at, r.attempts, r.claim_token) == ("scheduled", later, 0, None)
+
+
+def test_quick_backoff_doubles_from_two_seconds_and_never_passes_the_backoff():
+    from dueflow.domain.timers import backoff, quick_backoff
+
+    assert [quick_backoff(a).total_seconds() for a in range(1, 8)] == [2, 4, 8, 16, 32, 64, 128]
+    assert quick_backoff(0) == quick_backoff(1)
+    assert all(quick_backoff(a) <= backoff(a) for a in range(1, 30))
+    assert quick_backoff(30) == backoff(30)  # both at the 10 minute cap

@@ -46,6 +46,21 @@ def backoff(attempts: int) -> timedelta:
     return min(delay, BACKOFF_CAP)
 
 
+QUICK_FIRST = timedelta(seconds=2)
+
+
+def quick_backoff(attempts: int) -> timedelta:
+    """The wait before the next try of a cancel held only by a payment whose state is not known
+    yet (a start still on its way, a payment started meanwhile, a locked order): 2 s doubling,
+    never longer than :func:`backoff`. Such a state is usually known a moment later, and each
+    try is one close-or-query: waiting 30 s would leave the order past its deadline for
+    nothing (the chaos soak found cancels 30 s late this way)."""
+    if attempts < 1:
+        attempts = 1
+    quick: timedelta = QUICK_FIRST * (2 ** min(attempts - 1, 10))
+    return min(quick, backoff(attempts))
+
+
 def is_stuck(attempts: int) -> bool:
     """A timer that failed this many times is flagged for operators (and still retried)."""
     return attempts >= STUCK_AFTER_ATTEMPTS

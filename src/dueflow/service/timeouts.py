@@ -18,7 +18,7 @@ from sqlalchemy import Column, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
-from dueflow.domain.timers import TimerKind
+from dueflow.domain.timers import TimerKind, quick_backoff
 from dueflow.exceptions import PaymentMismatch
 from dueflow.payments.base import CloseResult, VerifiedPayment
 from dueflow.service import closing, lifecycle, refunds, reminders
@@ -189,7 +189,9 @@ async def _cancel_or_retry(
         retry = [t for t in batch if t.order_id in unknown]
         if retry:
             reason = "; ".join(sorted({unknown[t.order_id] for t in retry}))[:500]
-            await timers.retry(conn, retry, error=f"payment state unknown: {reason}", now=now)
+            await timers.retry(
+                conn, retry, error=f"payment state unknown: {reason}", now=now, delay=quick_backoff
+            )
         # Last before the commit: the shared rows (stock, buyers' counts) stay locked briefly.
         await lifecycle.release_holds(conn, deps, moved, now)
         await lifecycle.forfeit_holds(conn, deps, paid_moved, now)

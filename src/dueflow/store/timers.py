@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -366,9 +366,15 @@ async def finish(
 
 
 async def retry(
-    conn: AsyncConnection, claimed: Sequence[Claimed], *, error: str, now: datetime
+    conn: AsyncConnection,
+    claimed: Sequence[Claimed],
+    *,
+    error: str,
+    now: datetime,
+    delay: Callable[[int], timedelta] = backoff,
 ) -> int:
-    """Hand claimed timers back with a backoff and the error; flag the stuck ones."""
+    """Hand claimed timers back with the error, due again after ``delay(attempts)`` (the
+    backoff); flag the stuck ones."""
     by_attempts: dict[int, list[Claimed]] = defaultdict(list)
     for timer in claimed:
         by_attempts[timer.attempts].append(timer)
@@ -386,7 +392,7 @@ async def retry(
                 )
                 .values(
                     state=TimerState.SCHEDULED.value,
-                    due_at=now + backoff(attempts),
+                    due_at=now + delay(attempts),
                     stuck=is_stuck(attempts),
                     last_error=error[:2000],
                     lease_until=None,
