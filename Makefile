@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run demo test lint fmt bench bench-matrix clean
+.PHONY: run demo test lint fmt bench bench-matrix soak clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench: $(STAMP)
 bench-matrix: $(STAMP)
 	benchmarks/matrix.sh
 	$(BIN)/python benchmarks/redis_memory.py
+
+# The chaos soak (about 15 minutes; PostgreSQL, Redis and RabbitMQ on this machine, FLUSHALLs
+# Redis): the fleet under load and faults, the invariants checked, docs/reliability.md written.
+soak: $(STAMP)
+	$(BIN)/python -m tests.soak --report docs/reliability.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dueflow.db*

@@ -1,0 +1,329 @@
+"""The soak's fleet: real dueflow processes on this machine, started, killed, frozen and
+restarted by the chaos driver.
+
+A leg runs the payment simulator (``dueflow simulator``, its own process so that its records
+survive every API restart), ``api`` API processes (``dueflow serve --no-worker``, each on its
+own port, as behind a load balancer) and ``workers`` worker processes (``dueflow worker``), one
+of them with its wall clock ``fast_clock`` seconds ahead through Debian's libfaketime. On SQLite
+the leg is one ``dueflow serve`` with its worker inside, as SQLite is served.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+DUEFLOW = Path(sys.executable).parent / "dueflow"
+#: Where Debian's libfaketime lives (x86_64 or aarch64).
+FAKETIME_LIBS = [
+    Path(f"/usr/lib/{arch}-linux-gnu/faketime/libfaketime.so.1") for arch in ("x86_64", "aarch64")
+]
+TOKEN = re.compile(r"token:? (\S+)")
+
+
+class FleetError(RuntimeError):
+    """A process of the fleet would not start or answer."""
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def faketime_lib() -> Path:
+    """libfaketime's path; FleetError when it is not installed."""
+    for lib in FAKETIME_LIBS:
+        if lib.exists():
+            return lib
+    raise FleetError("libfaketime is not installed (apt-get install libfaketime)")
+
+
+def wait_for(check: Callable[[], bool], seconds: float, every: float = 0.1) -> bool:
+    """Poll ``check`` until it is true or ``seconds`` have passed (bounded)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(every)
+    return check()
+
+
+def answers(url: str) -> bool:
+    """``url`` answers 200."""
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@dataclass
+class Proc:
+    """One process of the fleet: how to start it, and the running one."""
+
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    log: Path
+    ready: Callable[[Proc], bool] = lambda proc: True
+    popen: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self, timeout: float = 60) -> None:
+        """Start it and wait until it is ready."""
+        self.spawn()
+        self.wait_ready(timeout)
+
+    def spawn(self) -> None:
+        """Start it; :meth:`wait_ready` waits for it to be ready."""
+        with self.log.open("ab") as out:
+            out.write(f"--- start {self.starts + 1} at {time.time():.3f}\n".encode())
+            out.flush()
+            self.popen = subprocess.Popen(self.args, env=self.env, stdout=out, stderr=out)
+        self.starts += 1
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Wait until it is ready; FleetError if it ends or is not ready within ``timeout``."""
+        if not wait_for(lambda: self.ready(self) or not self.alive, timeout) or not self.alive:
+            raise FleetError(f"{self.name} did not start:\n{self.tail()}")
+
+    @property
+    def alive(self) -> bool:
+        """Running (a stopped process is running)."""
+        return self.popen is not None and self.popen.poll() is None
+
+    @property
+    def pid(self) -> int:
+        """The running process's id."""
+        assert self.popen is not None
+        return self.popen.pid
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` if it runs."""
+        if self.alive:
+            assert self.popen is not None
+            self.popen.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL and reap."""
+        if self.popen is not None:
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGKILL)
+            self.popen.wait(timeout=30)
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM (after SIGCONT, should it be frozen) and wait; SIGKILL after ``timeout``."""
+        if self.popen is None:
+            return None
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.popen.returncode
+
+    def output(self) -> str:
+        """Everything it printed, every start."""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 40) -> str:
+        """The last lines it printed."""
+        return "\n".join(self.output().splitlines()[-lines:])
+
+
+@dataclass(frozen=True)
+class LegConfig:
+    """What one leg of the soak runs on."""
+
+    name: str
+    title: str
+    database_url: str
+    #: ``db``, ``redis://...`` or ``amqp://...``
+    trigger_url: str = "db"
+    #: Redis for the locks and the seat cache ("" for none).
+    redis_url: str = ""
+    api: int = 2
+    workers: int = 3
+    #: Seconds the last worker's wall clock runs ahead (0: none).
+    fast_clock: int = 30
+    #: The durations and intervals, as dueflow settings (``DUEFLOW_`` names).
+    settings: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def sqlite(self) -> bool:
+        """One process on SQLite, its worker inside."""
+        return self.database_url.startswith("sqlite")
+
+
+def start_all(procs: list[Proc]) -> None:
+    """Start every one of ``procs`` at once and wait until all are ready."""
+    for proc in procs:
+        proc.spawn()
+    for proc in procs:
+        proc.wait_ready()
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any DUEFLOW_ setting."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
+
+
+def _said(pattern: str) -> Callable[[Proc], bool]:
+    """Ready once the process printed ``pattern`` in its current start."""
+    rx = re.compile(pattern)
+
+    def ready(proc: Proc) -> bool:
+        return len(rx.findall(proc.output())) >= proc.starts
+
+    return ready
+
+
+class Fleet:
+    """Every process of one leg, in ``workdir``."""
+
+    def __init__(self, config: LegConfig, workdir: Path, notify_base: str) -> None:
+        """``notify_base``: the soak's webhook receiver (``/notice`` and ``/events`` under it)."""
+        self.config = config
+        self.workdir = workdir
+        self.notify_base = notify_base
+        self.sim: Proc | None = None
+        self.apis: list[Proc] = []
+        self.workers: list[Proc] = []
+        self.ports: list[int] = []
+        self.admin_token = ""
+        self.sim_url = ""
+        self._keys: dict[str, str] = {}
+
+    @property
+    def api_urls(self) -> list[str]:
+        """The API processes' base URLs."""
+        return [f"http://127.0.0.1:{port}" for port in self.ports]
+
+    def env(self) -> dict[str, str]:
+        """The settings every dueflow process of the leg runs with."""
+        env = clean_env()
+        env.update(
+            {
+                "DUEFLOW_DATABASE_URL": self.config.database_url,
+                "DUEFLOW_TRIGGER_URL": self.config.trigger_url,
+                "DUEFLOW_NOTIFIER": "webhook",
+                "DUEFLOW_NOTIFIER_URL": f"{self.notify_base}/notice",
+                "DUEFLOW_EVENTS_WEBHOOK_URL": f"{self.notify_base}/events",
+                "DUEFLOW_EVENTS_WEBHOOK_SECRET": "soak-events-secret",
+                "DUEFLOW_PUBLIC_URL": self.api_urls[0],
+                "DUEFLOW_SESSION_SECRET": "soak-session-secret-0123456789",
+                **dict(self.config.settings),
+            }
+        )
+        if self.config.redis_url:
+            env["DUEFLOW_LOCKS_URL"] = self.config.redis_url
+            env["DUEFLOW_SEAT_CACHE_URL"] = self.config.redis_url
+        env.update(self._keys)
+        return env
+
+    def start(self) -> None:
+        """The simulator, the schema and an admin, the API processes, the workers."""
+        sim_port = free_port()
+        self.sim_url = f"http://127.0.0.1:{sim_port}"
+        self.sim = Proc(
+            "simulator",
+            [str(DUEFLOW), "simulator", "--port", str(sim_port), "--time-scale", "60"],
+            clean_env(),
+            self.workdir / "simulator.log",
+            ready=lambda proc: answers(f"{self.sim_url}/control/keys"),
+        )
+        self.sim.start()
+        keys = httpx.get(f"{self.sim_url}/control/keys", timeout=10).json()
+        self._keys = {f"DUEFLOW_{name.upper()}": str(value) for name, value in keys.items()}
+        self.ports = [free_port() for _ in range(1 if self.config.sqlite else self.config.api)]
+        self._cli("migrate")
+        made = self._cli("users", "add", "soak-admin", "--admin")
+        found = TOKEN.search(made)
+        if found is None:
+            raise FleetError(f"no admin token in: {made}")
+        self.admin_token = found[1]
+        for i, port in enumerate(self.ports):
+            args = [str(DUEFLOW), "serve", "--port", str(port)]
+            if not self.config.sqlite:
+                args.append("--no-worker")
+            url = f"http://127.0.0.1:{port}/healthz"
+            self.apis.append(
+                Proc(
+                    f"api-{i + 1}",
+                    args,
+                    self.env(),
+                    self.workdir / f"api-{i + 1}.log",
+                    ready=lambda proc, url=url: answers(url),
+                )
+            )
+        start_all(self.apis)
+        if self.config.sqlite:
+            return
+        for i in range(self.config.workers):
+            env = self.env()
+            name = f"worker-{i + 1}"
+            if self.config.fast_clock and i == self.config.workers - 1:
+                env.update(
+                    {
+                        "LD_PRELOAD": str(faketime_lib()),
+                        "FAKETIME": f"+{self.config.fast_clock}s",
+                        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                        "FAKETIME_DONT_RESET": "1",
+                    }
+                )
+                name += f"-clock+{self.config.fast_clock}s"
+            self.workers.append(
+                Proc(
+                    name,
+                    [str(DUEFLOW), "worker"],
+                    env,
+                    self.workdir / f"{name}.log",
+                    ready=_said(r"worker \S+ running"),
+                )
+            )
+        start_all(self.workers)
+
+    def _cli(self, *args: str) -> str:
+        """Run one ``dueflow`` command with the leg's settings; what it printed."""
+        done = subprocess.run(
+            [str(DUEFLOW), *args], env=self.env(), capture_output=True, timeout=120, check=False
+        )
+        out = (done.stdout + done.stderr).decode(errors="replace")
+        if done.returncode != 0:
+            raise FleetError(f"dueflow {' '.join(args)} failed ({done.returncode}):\n{out}")
+        return out
+
+    def status(self) -> str:
+        """``dueflow status`` of the leg's database."""
+        return self._cli("status")
+
+    def processes(self) -> list[Proc]:
+        """Every dueflow process but the simulator."""
+        return [*self.apis, *self.workers]
+
+    def heal(self) -> None:
+        """Resume what is frozen and start what is dead (the end of the chaos)."""
+        for proc in self.processes():
+            proc.signal(signal.SIGCONT)
+            if not proc.alive:
+                proc.start()
+
+    def stop(self) -> dict[str, int | None]:
+        """Stop every process (workers first, the simulator last); their exit codes."""
+        codes = {proc.name: proc.stop() for proc in [*self.workers, *self.apis]}
+        if self.sim is not None:
+            codes[self.sim.name] = self.sim.stop()
+        return codes

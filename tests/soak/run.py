@@ -1,0 +1,359 @@
+"""The chaos soak (issue 14): the real system as a fleet, under load and faults, then checked.
+
+``python -m tests.soak`` (``make soak``, about 15 minutes) runs three legs one after the other:
+
+1. PostgreSQL + Redis (trigger, locks, seat cache): 2 API processes, 3 workers, one of them with
+   its clock 30 s fast; 10,000 orders and more across the three flows; 60 faults of every kind
+   that applies.
+2. PostgreSQL + RabbitMQ (the trigger) with Redis for the locks and the seat cache: the same
+   fleet, shorter, with RabbitMQ's queues purged among the faults.
+3. SQLite: one ``dueflow serve`` with its worker inside, restarted and frozen.
+
+``python -m tests.soak --short`` (the test suite's version, about a minute) runs one leg on
+PostgreSQL + RabbitMQ + Redis with one fault of each kind. Each leg: fresh database, the fleet
+started, the load generator and the chaos driver at once, then the chaos stops, the fleet is
+healed (frozen processes resumed, dead ones started) and left to settle (every order final,
+every timer done, every event delivered), the simulator's records are read, the fleet stopped
+and the invariant checker run. Any violation fails the run with its evidence; the full run
+writes docs/reliability.md and its plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import secrets
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import func, select
+
+from dueflow.store.db import Database
+from dueflow.store.schema import event_deliveries, order_events, orders, refunds, timers
+from tests.soak import checker, report
+from tests.soak.chaos import FAULTS as FAULT_KINDS
+from tests.soak.chaos import Chaos
+from tests.soak.fleet import Fleet, LegConfig
+from tests.soak.load import Plan, Target, run_load
+from tests.soak.receiver import receiving
+
+PG = "postgresql://postgres@127.0.0.1:5432"
+REDIS = "redis://127.0.0.1:6379"
+RABBIT = "amqp://guest:guest@127.0.0.1:5672/"
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Short deadlines: an order's whole life (pay, ship, receive, review) in under a minute.
+SETTINGS = {
+    "DUEFLOW_PROFILE": "prod",
+    "DUEFLOW_REMINDER_AFTER": "4s",
+    "DUEFLOW_PAY_TIMEOUT": "10s",
+    "DUEFLOW_SHIP_TIMEOUT": "12s",
+    "DUEFLOW_RECEIVE_TIMEOUT": "10s",
+    "DUEFLOW_REVIEW_TIMEOUT": "8s",
+    "DUEFLOW_ORDER_TYPES": json.dumps(
+        {
+            "ticket": {"pay": "10s", "reminder": "4s"},
+            "shop": {"pay": "10s", "reminder": "4s"},
+            "flash": {"pay": "8s", "reminder": "3s"},
+        }
+    ),
+    "DUEFLOW_LEASE": "8s",
+    "DUEFLOW_SCAN_INTERVAL": "4s",
+    "DUEFLOW_SCAN_GRACE": "1s",
+    "DUEFLOW_SEAT_RECONCILE_INTERVAL": "10s",
+}
+LEASE, SCAN_INTERVAL, GRACE = 8.0, 4.0, 1.0
+#: A frozen worker stays frozen this long: past its lease.
+FREEZE = LEASE + 3
+#: The longest a leg waits, after the load, for every order to end and every timer to be done.
+SETTLE = 240.0
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One leg: what it runs on, how long it places orders, how fast, how many faults."""
+
+    config: LegConfig
+    seconds: float
+    rate: float
+    faults: int
+
+
+def legs(short: bool, tag: str, database: str) -> list[Leg]:
+    """The legs of a run; ``tag`` keeps this run's Redis keys and RabbitMQ queues apart."""
+    redis = f"{REDIS}/13?prefix=soak-{tag}"
+    rabbit = f"{RABBIT}?prefix=soak-{tag}"
+    if short:
+        return [
+            Leg(
+                LegConfig(
+                    "postgresql-rabbitmq",
+                    "PostgreSQL + RabbitMQ trigger + Redis locks, 2 API processes, 3 workers",
+                    f"{PG}/{database}",
+                    trigger_url=rabbit,
+                    redis_url=f"{REDIS}/13",
+                    settings=SETTINGS,
+                ),
+                seconds=40,
+                rate=6,
+                faults=6,
+            )
+        ]
+    return [
+        Leg(
+            LegConfig(
+                "postgresql-redis",
+                "PostgreSQL + Redis, 2 API processes, 3 workers (one 30 s fast)",
+                f"{PG}/{database}",
+                trigger_url=redis,
+                redis_url=f"{REDIS}/13",
+                settings=SETTINGS,
+            ),
+            seconds=600,
+            rate=17.5,
+            faults=60,
+        ),
+        Leg(
+            LegConfig(
+                "postgresql-rabbitmq",
+                "PostgreSQL + RabbitMQ trigger + Redis locks, 2 API processes, 3 workers",
+                f"{PG}/{database}",
+                trigger_url=rabbit,
+                redis_url=f"{REDIS}/13",
+                settings=SETTINGS,
+            ),
+            seconds=90,
+            rate=10,
+            faults=10,
+        ),
+        Leg(
+            LegConfig(
+                "sqlite",
+                "SQLite, one process (API and worker)",
+                "",  # a fresh file in the leg's directory
+                api=1,
+                workers=0,
+                fast_clock=0,
+                settings=SETTINGS,
+            ),
+            seconds=90,
+            rate=6,
+            faults=6,
+        ),
+    ]
+
+
+async def fresh_postgres(url: str) -> None:
+    """Drop and create the leg's PostgreSQL database."""
+    import asyncpg
+
+    base, name = url.rsplit("/", 1)
+    conn = await asyncpg.connect(f"{base}/postgres")
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+async def settle(database_url: str, seconds: float) -> dict[str, Any]:
+    """Wait (bounded) until no order is live, no timer is scheduled or claimed, no refund is
+    processing and every order event is numbered and delivered; what was left at the end."""
+    live = ("pending_payment", "pending_shipment", "shipped", "received")
+    db = Database.from_url(database_url)
+    left: dict[str, Any] = {}
+    try:
+        end = time.monotonic() + seconds
+        while True:
+            async with db.report() as conn:
+                left = {
+                    "live_orders": await conn.scalar(
+                        select(func.count()).where(orders.c.status.in_(live))
+                    ),
+                    "open_timers": await conn.scalar(
+                        select(func.count()).where(timers.c.state.in_(("scheduled", "claimed")))
+                    ),
+                    "processing_refunds": await conn.scalar(
+                        select(func.count()).where(refunds.c.state == "processing")
+                    ),
+                    "unnumbered_events": await conn.scalar(
+                        select(func.count()).where(order_events.c.seq.is_(None))
+                    ),
+                    "undelivered_events": (
+                        (await conn.scalar(select(func.max(order_events.c.seq))) or 0)
+                        - (
+                            await conn.scalar(
+                                select(event_deliveries.c.delivered_seq).where(
+                                    event_deliveries.c.name == "live"
+                                )
+                            )
+                            or 0
+                        )
+                    ),
+                }
+            if not any(left.values()) or time.monotonic() > end:
+                break
+            await asyncio.sleep(1)
+    finally:
+        await db.dispose()
+    left["settled"] = not any(v for k, v in left.items() if k != "settled")
+    return left
+
+
+async def run_leg(leg: Leg, workdir: Path, seed: int) -> dict[str, Any]:
+    """One leg from a fresh database to its checked result."""
+    config = leg.config
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+    if config.sqlite:
+        config = LegConfig(**{**vars(config), "database_url": f"sqlite:///{workdir / 'soak.db'}"})
+    else:
+        await fresh_postgres(config.database_url)
+    rng = random.Random(seed)
+    started = datetime.now(UTC)
+    with receiving() as (receiver, notify_base):
+        fleet = Fleet(config, workdir, notify_base)
+        try:
+            await asyncio.to_thread(fleet.start)
+            chaos = Chaos(fleet, rng, freeze_seconds=FREEZE)
+            plan = chaos.schedule(leg.faults, leg.seconds)
+            stop_chaos = asyncio.Event()
+            chaos_task = asyncio.create_task(chaos.run(plan, stop_chaos))
+            target = Target(fleet.api_urls, fleet.sim_url, fleet.admin_token)
+            load = await run_load(target, Plan(seconds=leg.seconds, rate=leg.rate, seed=seed))
+            stop_chaos.set()
+            await chaos_task
+            await asyncio.to_thread(fleet.heal)
+            left = await settle(config.database_url, SETTLE)
+            async with httpx.AsyncClient(timeout=30) as client:
+                sim_state = (await client.get(f"{fleet.sim_url}/control/state")).json()
+            status = await asyncio.to_thread(fleet.status)
+        finally:
+            exits = await asyncio.to_thread(fleet.stop)
+        deliveries = receiver.snapshot()
+    ended = datetime.now(UTC)
+    bounds = checker.Bounds(scan_interval=SCAN_INTERVAL, lease=LEASE, grace=GRACE)
+    checked = await checker.check(config.database_url, sim_state, deliveries, bounds)
+    checks = list(checked["checks"])
+    checks.append(
+        {
+            "name": "settled",
+            "promise": "after the chaos, every order ended, every timer ran, every refund and "
+            "event went out",
+            "checked": 1,
+            "violations": 0 if left["settled"] else 1,
+            "evidence": [] if left["settled"] else [f"left after {SETTLE:.0f} s: {left}"],
+        }
+    )
+    checks.append(
+        {
+            "name": "chaos_injected",
+            "promise": "every fault the plan named was injected",
+            "checked": len(plan),
+            "violations": len(plan) - sum(1 for f in chaos.faults if f["kind"] in FAULT_KINDS),
+            "evidence": [],
+        }
+    )
+    (workdir / "status.txt").write_text(status)
+    return {
+        "name": config.name,
+        "title": config.title,
+        "started": started.isoformat(),
+        "ended": ended.isoformat(),
+        "seconds": (ended - started).total_seconds(),
+        "fleet": {
+            "api_processes": len(fleet.apis),
+            "workers": len(fleet.workers),
+            "trigger": config.trigger_url.split(":", 1)[0],
+            "database": config.database_url.split(":", 1)[0],
+            "fast_clock_worker": f"+{config.fast_clock} s"
+            if fleet.workers and config.fast_clock
+            else "none",
+            "restarts": {p.name: p.starts - 1 for p in fleet.processes()},
+            "exit_codes": exits,
+        },
+        "settings": dict(config.settings),
+        "load": load,
+        "faults": chaos.faults,
+        "checks": checks,
+        "lateness": checked["lateness"],
+        "figures": checked["figures"],
+        "bounds": {
+            "late_limit": bounds.late_limit,
+            "scan_interval": SCAN_INTERVAL,
+            "lease": LEASE,
+            "grace": GRACE,
+        },
+        "settle": left,
+    }
+
+
+def violations(result: dict[str, Any]) -> list[str]:
+    """Every broken promise of a leg, with its evidence, as lines; a check that looked at
+    nothing counts as broken (it proved nothing)."""
+    lines = []
+    for check in result["checks"]:
+        if check["violations"] or not check["checked"]:
+            lines.append(
+                f"{result['name']}: {check['name']}: {check['violations']} violations"
+                f" of {check['checked']} checked"
+            )
+            lines += [f"    {e}" for e in check["evidence"]]
+    return lines
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    """Run the legs; write the results (and the report for a full run); 1 on any violation."""
+    tag = secrets.token_hex(3)
+    workdir = Path(args.workdir) / f"soak-{tag}"
+    chosen = [
+        leg
+        for leg in legs(args.short, tag, args.database)
+        if leg.config.name in args.legs or not args.legs
+    ]
+    results = []
+    for i, leg in enumerate(chosen):
+        print(
+            f"soak: leg {leg.config.name}: {leg.seconds:.0f} s at {leg.rate}/s, {leg.faults} faults",
+            flush=True,
+        )
+        result = await run_leg(leg, workdir / leg.config.name, args.seed + i)
+        results.append(result)
+        load = result["load"]
+        print(
+            f"soak: leg {leg.config.name}: {sum(load['orders'].values())} orders, "
+            f"{len(result['faults'])} faults, {sum(c['violations'] for c in result['checks'])} violations",
+            flush=True,
+        )
+    (workdir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    if args.report:
+        markdown = Path(args.report)
+        report.write_report(
+            results, markdown, markdown.parent / "img" / "soak-lateness.png", command=args.command
+        )
+    broken = [line for result in results for line in violations(result)]
+    for line in broken:
+        print(line, file=sys.stderr)
+    print(f"soak: results in {workdir / 'results.json'}; {'FAIL' if broken else 'PASS'}")
+    return 1 if broken else 0
+
+
+def main() -> None:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.soak", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--short", action="store_true", help="the test suite's one-minute leg")
+    parser.add_argument("--legs", nargs="*", default=[], help="run only these legs")
+    parser.add_argument("--database", default="soak", help="the PostgreSQL database to use")
+    parser.add_argument("--workdir", default="/tmp", help="where logs and results go")
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--report", default="", help="write the report here (docs/reliability.md)")
+    parser.add_argument("--command", default="make soak", help="the command the report names")
+    sys.exit(asyncio.run(main_async(parser.parse_args())))
