@@ -433,3 +433,28 @@ async def test_a_provider_it_made_its_own_client_for_closes_it(config: Simulator
     )
     await own.aclose()
     assert own._client.is_closed
+
+
+async def test_a_signed_answer_nested_too_deep_is_unavailable_not_a_crash(
+    config: SimulatorConfig, app: FastAPI
+) -> None:
+    """A platform (or someone holding its key) answering JSON nested past the parser's depth:
+    the call is unavailable like any answer that is not a JSON object (found by fuzzing)."""
+    from dueflow.payments.wechatpay import signing
+
+    body = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = signing.signed_headers(
+            body,
+            serial=config.wechat_public_key_id,
+            private_key=config.wechat_platform_key.private_key,
+            timestamp=int(START.timestamp()),
+            nonce="n" * 32,
+        )
+        return httpx.Response(200, content=body, headers=headers)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as hostile:
+        provider = make_provider(config, app, hostile)
+        with pytest.raises(ProviderUnavailable, match="not JSON"):
+            await provider.start(attempt(), subject="相机")

@@ -401,7 +401,7 @@ class WechatPayProvider(PaymentProvider):
             return _Answer(response.status_code)
         try:
             parsed = json.loads(response.content)
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deep
             parsed = None
         if not isinstance(parsed, dict):
             raise ProviderUnavailable(
