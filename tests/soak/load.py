@@ -85,6 +85,11 @@ REJECT_SHARE = 0.15
 SETUP_CONCURRENCY = 8
 
 MARKET_SELLERS, BUYERS, SHOWS, SEAT_LIMIT, FLASH_LIMIT = 4, 40, 3, 8, 5
+#: Seats of one show at most: a show's seats go in one request, which must stay under 64 KiB.
+SHOW_SEATS = 600
+#: A buyer for every this many orders of a flow at least: a paid ticket is final, so each buyer
+#: can hold or buy at most SEAT_LIMIT seats of a show.
+ORDERS_PER_BUYER = 8
 SECTION = 100  # seats a section of a show
 SKUS = (("mug", "30.00"), ("tee", "79.00"), ("cap", "45.50"), ("poster", "32.00"))
 SKU_STOCK = 1_000_000
@@ -316,18 +321,21 @@ async def set_up(fleet: Fleet, plan: Plan, rng: random.Random) -> World:
     limit = asyncio.Semaphore(SETUP_CONCURRENCY)
     names = [f"seller{i}-{run_id}" for i in range(MARKET_SELLERS)]
     names += [f"shop-{run_id}", f"organizer-{run_id}"]
-    names += [f"buyer{i}-{run_id}" for i in range(BUYERS)]
+    expected = plan.seconds * plan.rate / max(1, len(plan.flows))  # orders of one flow
+    buyers_count = max(BUYERS, math.ceil(expected / ORDERS_PER_BUYER))
+    names += [f"buyer{i}-{run_id}" for i in range(buyers_count)]
     users = await asyncio.gather(*(_limited(limit, _add_user(fleet, n)) for n in names))
     sellers, (shop_seller, organizer), buyers = (
         users[:MARKET_SELLERS],
         users[MARKET_SELLERS : MARKET_SELLERS + 2],
         users[MARKET_SELLERS + 2 :],
     )
-    expected = plan.seconds * plan.rate / max(1, len(plan.flows))  # orders of one flow
     shows = []
     if "tickets" in plan.flows:
-        per_show = max(2 * SECTION, math.ceil(expected * 1.5 * 2 / SHOWS / SECTION) * SECTION)
-        shows = [await _add_show(fleet, organizer, run_id, i, per_show, rng) for i in range(SHOWS)]
+        seats = expected * 1.5 * 2  # about 1.5 seats an order, with room to spare
+        count = max(SHOWS, math.ceil(seats / SHOW_SEATS))
+        per_show = max(2 * SECTION, math.ceil(seats / count / SECTION) * SECTION)
+        shows = [await _add_show(fleet, organizer, run_id, i, per_show, rng) for i in range(count)]
     skus: list[int] = []
     flash_sale_id = 0
     coupons: dict[int, list[int]] = {b.id: [] for b in buyers}

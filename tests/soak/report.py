@@ -58,6 +58,34 @@ _KIND_COLOURS = (
 )
 
 
+#: How the checker judges what the issue leaves open (fixed text: the same for every run).
+HOW_JUDGED = [
+    "## How the promises are judged",
+    "",
+    "- **On time.** A deadline timer (pay reminder, unpaid and unshipped cancels, automatic "
+    "receipt, default reviews) and the order event it causes must act no earlier than its "
+    "deadline (less 0.2 s for the clock sync between processes) and no later than the late "
+    "limit: scan interval + lease + scan grace + 2 s for commits on a loaded two-core machine. "
+    "A worker killed or frozen holding a claim keeps it for one lease; the scanner of another "
+    "worker then takes it within a scan interval (of timers due at least the grace ago). "
+    "Notices, trade closes and refund checks are measured and plotted, not judged: they have no "
+    "business deadline.",
+    "- **The fast clock.** One worker runs its whole life with its wall clock 30 s ahead "
+    "(libfaketime). Every dueflow process on a server database takes its time from the "
+    "database's clock, so that worker must act neither early nor late.",
+    "- **Deliveries are counted where they arrive.** A notice or reminder whose delivery id "
+    "reaches the receiving webhook twice is a violation unless dueflow's reminders row counted "
+    "that many possible deliveries (a send whose answer was lost, or a worker killed mid-send: "
+    "the documented at-least-once case receivers drop by `X-Dueflow-Delivery`); two delivery ids "
+    "for one order and event always are.",
+    "- **Money.** The simulator is the provider's truth: every trade it took is the order's "
+    "payment or a recorded discrepancy with a refund, no trade is refunded twice or beyond its "
+    "amount, and every refund an operator approved ended succeeded or failed.",
+    "- **A check that looked at nothing fails**: a promise never exercised is no promise kept.",
+    "",
+]
+
+
 def write_report(legs: list[dict[str, Any]], markdown: Path, plot: Path, *, command: str) -> None:
     """docs/reliability.md and its PNG (one subplot per leg).
 
@@ -166,6 +194,7 @@ def render_markdown(legs: list[dict[str, Any]], *, plot_name: str, command: str)
         "",
         _fault_totals(legs),
         "",
+        *HOW_JUDGED,
         "## Lateness over the run",
         "",
         "Each dot is a timer done (x: when it acted, in seconds since the leg started; y: how "
