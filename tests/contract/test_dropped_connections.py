@@ -178,3 +178,16 @@ async def test_an_error_on_a_live_connection_replaces_nothing(db, backend, monke
 
     assert await held_ids(db, backend) == first
     assert pings == []
+
+
+async def test_a_write_whose_connection_is_dropped_mid_transaction_is_unavailable(db, backend):
+    """The server ends the connection in the middle of a write transaction (the chaos soak's
+    pg_terminate_backend): the caller sees BackendUnavailable, which the worker retries within
+    seconds, not the PendingRollbackError the connection raises afterwards."""
+    with pytest.raises(BackendUnavailable):
+        async with db.write() as conn:
+            me = int((await conn.execute(text(BACKENDS[backend][1]))).scalar_one())
+            await drop(backend, {me})
+            await conn.execute(select(literal_column("1")))
+    async with db.read() as conn:  # and the next one works
+        assert (await conn.execute(select(literal_column("1")))).scalar_one() == 1

@@ -7,6 +7,7 @@ is logged here, and the exception says only what kind of trouble it was (:func:`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -331,7 +332,11 @@ class Database:
                     await self._dropped(conn, error)
                     raise
                 finally:
-                    conn.info.pop(_AFTER_COMMIT, None)
+                    # A connection the server dropped mid-transaction refuses even this read
+                    # (PendingRollbackError) until rolled back, which the exit does: that must
+                    # not hide the dropped connection's error (BackendUnavailable) behind it.
+                    with contextlib.suppress(exc.PendingRollbackError):
+                        conn.info.pop(_AFTER_COMMIT, None)
         except (exc.DBAPIError, UnicodeEncodeError) as error:
             raise translate(error) from error
 
