@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from datetime import timedelta
 from decimal import Decimal
 
+import pytest
 from sqlalchemy import delete, func, select, update
 
 from dueflow.domain.timers import TimerKind
-from dueflow.exceptions import BackendUnavailable
+from dueflow.exceptions import BackendUnavailable, Busy
 from dueflow.service import orders as order_service
 from dueflow.service.deps import Deps
 from dueflow.service.payments import record_manual_payment
@@ -437,6 +438,38 @@ async def test_a_failing_handler_puts_its_timers_back_and_the_rest_of_the_batch_
     assert o.status == "cancelled_unpaid"
     t = await timer(world, early, K.CANCEL_UNPAID)
     assert (t.state, t.outcome, t.attempts) == ("done", "cancelled", 2)
+
+
+@pytest.mark.parametrize(
+    "error", [BackendUnavailable("the database is unavailable"), Busy("order:1 is busy")]
+)
+async def test_a_handler_failing_on_a_lost_connection_or_a_busy_lock_retries_in_seconds(
+    world, error
+):
+    """What is usually over a moment later is tried again 2 s later, doubling, not after the
+    30 s backoff (the chaos soak: pg_terminate_backend left pay timeouts 35-40 s late)."""
+    failures = [error, error]
+
+    async def flaky(deps: Deps, batch: Sequence[Claimed]) -> None:
+        if failures:
+            raise failures.pop()
+        await HANDLERS[K.CANCEL_UNPAID](deps, batch)
+
+    worker = Worker(world.deps, handlers={**HANDLERS, K.CANCEL_UNPAID: flaky})
+    placed = await place(world)
+    world.clock.advance(timedelta(minutes=30))
+    await worker.drain()
+    t = await timer(world, placed, K.CANCEL_UNPAID)
+    assert (t.state, t.attempts) == ("scheduled", 1)
+    assert t.due_at == world.clock.now() + timedelta(seconds=2)
+    world.clock.advance(timedelta(seconds=2))
+    await worker.drain()
+    t = await timer(world, placed, K.CANCEL_UNPAID)
+    assert (t.state, t.attempts) == ("scheduled", 2)
+    assert t.due_at == world.clock.now() + timedelta(seconds=4)
+    world.clock.advance(timedelta(seconds=4))
+    await worker.drain()
+    assert (await order(world, placed)).status == "cancelled_unpaid"
 
 
 async def test_run_once_respects_the_batch_size(world):
