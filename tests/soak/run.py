@@ -137,7 +137,7 @@ def legs(short: bool, tag: str, database: str) -> list[Leg]:
             LegConfig(
                 "sqlite",
                 "SQLite, one process (API and worker)",
-                "",  # a fresh file in the leg's directory
+                "sqlite:///",  # a fresh file in the leg's directory
                 api=1,
                 workers=0,
                 fast_clock=0,
@@ -325,6 +325,10 @@ async def main_async(args: argparse.Namespace) -> int:
         )
         result = await run_leg(leg, workdir / leg.config.name, args.seed + i)
         results.append(result)
+        path = workdir / f"{leg.config.name}.json"
+        await asyncio.to_thread(path.write_text, json.dumps(result, indent=1, default=str))
+        for line in violations(result):
+            print(line, flush=True)
         load = result["load"]
         print(
             f"soak: leg {leg.config.name}: {sum(load['orders'].values())} orders, "
@@ -338,8 +342,6 @@ async def main_async(args: argparse.Namespace) -> int:
             results, markdown, markdown.parent / "img" / "soak-lateness.png", command=args.command
         )
     broken = [line for result in results for line in violations(result)]
-    for line in broken:
-        print(line, file=sys.stderr)
     print(f"soak: results in {workdir / 'results.json'}; {'FAIL' if broken else 'PASS'}")
     return 1 if broken else 0
 

@@ -466,3 +466,38 @@ async def test_the_history_keeps_every_promise_on_postgresql():
             .values(state="processing")
         )
         assert set(failing(await history.run())) == {"refunds_final"}
+
+
+async def test_a_cancel_held_by_a_payment_start_never_answered(history):
+    """A start whose answer never came (the API process killed mid-call) holds the unpaid
+    cancel until the attempt's expiry plus 2 minutes: late by that much is the documented
+    hold, not a violation; later than that hold plus the late limit is one."""
+    o = schema.orders.c
+    async with history.deps.db.read() as conn:
+        order = (await conn.execute(select(schema.orders).where(o.id == history.unpaid))).one()
+    await history.execute(
+        insert(schema.payments).values(
+            pay_no="20260301unansweredstart01",
+            order_id=history.unpaid,
+            provider="alipay",
+            amount=order.amount,
+            expires_at=order.pay_deadline,
+            state="closed",
+            created_at=order.created_at,
+            start_answer=None,
+        )
+    )
+    t, e = schema.timers.c, schema.order_events.c
+    timer = (t.order_id == history.unpaid) & (t.kind == "cancel_unpaid")
+    event = (e.order_id == history.unpaid) & (e.event == "pay_timeout")
+    held = timedelta(minutes=2, seconds=BOUNDS.late_limit)
+    await set_time(history, schema.timers, timer, "done_at", lambda done: done + held)
+    await set_time(history, schema.order_events, event, "at", lambda at: at + held)
+    assert failing(await history.run()) == {}
+
+    past = timedelta(seconds=BOUNDS.late_limit + 5)
+    await set_time(history, schema.timers, timer, "done_at", lambda done: done + past)
+    await set_time(history, schema.order_events, event, "at", lambda at: at + past)
+    found = failing(await history.run())
+    assert set(found) == {"timers_on_time", "timeouts_on_time"}
+    assert f"order {history.unpaid}" in found["timeouts_on_time"][0]
