@@ -61,18 +61,22 @@ class Chaos:
             kinds.append("terminate_db_connections")
         return kinds
 
-    def schedule(self, count: int, seconds: float) -> list[tuple[float, str]]:
-        """``count`` faults over ``seconds``: every kind at least once, the rest at random;
-        spread evenly with jitter, the first after a tenth of the time (load is running)."""
+    def schedule(self, count: int, seconds: float, apart: float) -> list[tuple[float, str]]:
+        """``count`` faults over ``seconds``: every kind at least once, the rest at random,
+        spread evenly with jitter after the first tenth of the time (the load is running), each
+        at least ``apart`` seconds after the end of the one before (a frozen worker's fault ends
+        when it is resumed), so the lateness each fault causes is its own, not a pile-up."""
         kinds = self.kinds()
         picks = list(kinds) + [self.rng.choice(kinds) for _ in range(max(0, count - len(kinds)))]
         self.rng.shuffle(picks)
         step = seconds * 0.85 / max(1, len(picks))
-        start = seconds * 0.1
-        return [
-            (start + i * step + self.rng.uniform(0, step * 0.5), kind)
-            for i, kind in enumerate(picks)
-        ]
+        plan: list[tuple[float, str]] = []
+        ready = seconds * 0.1
+        for i, kind in enumerate(picks):
+            at = max(ready, seconds * 0.1 + i * step + self.rng.uniform(0, step * 0.3))
+            plan.append((at, kind))
+            ready = at + apart + (self.freeze_seconds if kind == "sigstop_worker" else 0)
+        return plan
 
     def record(self, kind: str, detail: str, at: datetime | None = None) -> None:
         """Note a fault as injected at ``at`` (now by default)."""

@@ -234,7 +234,7 @@ async def check(
     held = _invariant_checks(invariants, tables)
     checks = [
         *held.values(),
-        _timers_on_time(tables, bounds, lateness),
+        _timers_on_time(tables, bounds, lateness, _first_received(notices)),
         _timeout_events_on_time(tables, bounds),
         _no_order_overdue(tables, bounds, now),
         _timers_settled(tables, bounds, now),
@@ -398,7 +398,24 @@ def _too_late(
     return not (kind in HELD_BY_START and order_id in held and acted <= held[order_id])
 
 
-def _timers_on_time(tables: _Tables, bounds: Bounds, lateness: list[dict[str, Any]]) -> _Check:
+def _first_received(notices: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], datetime]:
+    """When the receiver first took each order's reminder or notice (by order and event)."""
+    first: dict[tuple[int, str], datetime] = {}
+    for delivery in notices:
+        body, at = _body(delivery), _when(delivery.get("at"))
+        if not _delivered(delivery) or at is None or "order_id" not in body:
+            continue
+        key = (int(body["order_id"]), str(body.get("event")))
+        first[key] = min(at, first.get(key, at))
+    return first
+
+
+def _timers_on_time(
+    tables: _Tables,
+    bounds: Bounds,
+    lateness: list[dict[str, Any]],
+    received: Mapping[tuple[int, str], datetime],
+) -> _Check:
     """Every done timer's lateness (for the figures); the deadline kinds within the bounds (an
     unpaid cancel held by an unanswered payment start: within that hold's own limit)."""
     held = _unanswered_starts(tables, bounds)
@@ -425,6 +442,13 @@ def _timers_on_time(tables: _Tables, bounds: Bounds, lateness: list[dict[str, An
             continue
         found.look()
         order_id = int(timer["order_id"])
+        if timer["kind"] == TimerKind.PAY_REMINDER.value and timer["attempts"] > 1:
+            # A reminder whose first send had no answer is sent again after the backoff (or
+            # skipped once the order moved on), as documented: it acted when the receiver
+            # first took it, or, never taken, at its first send, which the timer does not keep.
+            first = received.get((order_id, "pay_reminder"))
+            if first is None or (first - timer["deadline_at"]).total_seconds() <= bounds.late_limit:
+                continue
         if late < -bounds.early_tolerance or _too_late(
             timer["kind"], order_id, timer["done_at"], late, bounds, held
         ):
