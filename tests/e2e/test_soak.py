@@ -1,6 +1,6 @@
 """The chaos soak's short leg (issue 14): the real fleet (2 API processes, 3 workers, one with its
 clock 30 s fast) on PostgreSQL, RabbitMQ and Redis, under load of every flow, with one fault of
-each kind, then every invariant checked. ``make soak`` runs the long legs."""
+each kind, then every invariant checked (about two minutes). ``make soak`` runs the long legs."""
 
 from __future__ import annotations
 
