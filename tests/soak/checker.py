@@ -14,7 +14,7 @@ the soak's bounds, money against the simulator, deliveries counted at the receiv
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -32,6 +32,10 @@ from dueflow.store import schema
 
 #: Evidence lines kept per check: enough to start from, short enough to read.
 MAX_EVIDENCE = 20
+#: A reminder checked and then frozen with its worker (SIGSTOP) before the send goes out when
+#: the worker resumes, however long after the payment: the order was checked, the send was on
+#: its way. Counted in the figures (``reminders_sent_through_a_freeze``), not a violation; a
+#: receiver that must never show a paid order's reminder checks the order's status.
 #: A pay reminder already on its way when the order was paid or cancelled may land this late:
 #: the worker checks the order right before the send, and the send may take up to the notifier's
 #: timeout (5 s) to arrive; the receiver also shares its process with the load generator.
@@ -217,8 +221,10 @@ async def check(
     bounds: Bounds,
     *,
     max_deliveries: int = 3,
+    frozen: Sequence[tuple[datetime, datetime]] = (),
 ) -> dict[str, Any]:
-    """Check every promise of issue 14 once, at the end of a soak leg.
+    """Check every promise of issue 14 once, at the end of a soak leg. ``frozen``: when the
+    chaos froze a worker (SIGSTOP to SIGCONT), for the reminders it held mid-send.
 
     ``now`` is the database's clock where it has one (PostgreSQL, MariaDB), this machine's on
     SQLite: the clock dueflow itself decided by. Returns the checks, the lateness of every done
@@ -243,7 +249,7 @@ async def check(
         _refunds_final(tables, simulator_state),
     ]
     delivery_figures, notice_checks = _notice_checks(
-        tables, notices, max_deliveries, held["cancels_notified"]
+        tables, notices, max_deliveries, held["cancels_notified"], frozen
     )
     checks += notice_checks
     if events or tables.live_stream:
@@ -371,14 +377,21 @@ def _goods_and_seats(tables: _Tables, sold: _Check, stock: _Check) -> None:
 
 
 def _unanswered_starts(tables: _Tables, bounds: Bounds) -> dict[int, datetime]:
-    """Orders with a payment attempt whose start was never answered, and the latest moment
-    their unpaid cancel may come: the attempt's expiry, the margin, and the late limit."""
+    """Orders whose unpaid cancel a payment of unknown state held (an attempt whose start was
+    never answered, or a cancel timer put back with "payment state unknown"), and the latest
+    moment that cancel may come: the last attempt's expiry, the margin, and the late limit."""
+    unknown = {
+        int(t["order_id"])
+        for t in tables.timers
+        if t["kind"] == TimerKind.CANCEL_UNPAID.value
+        and str(t["last_error"] or "").startswith("payment state unknown")
+    }
     held: dict[int, datetime] = {}
     for payment in tables.payments.values():
-        if payment["start_answer"] is None:
+        order_id = int(payment["order_id"])
+        if payment["start_answer"] is None or order_id in unknown:
             until = payment["expires_at"] + UNANSWERED_START_MARGIN
             until += timedelta(seconds=bounds.late_limit)
-            order_id = int(payment["order_id"])
             held[order_id] = max(until, held.get(order_id, until))
     return held
 
@@ -408,6 +421,27 @@ def _first_received(notices: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str
         key = (int(body["order_id"]), str(body.get("event")))
         first[key] = min(at, first.get(key, at))
     return first
+
+
+#: The status each deadline timer acts on.
+_AWAITS = {
+    TimerKind.PAY_REMINDER.value: OrderStatus.PENDING_PAYMENT.value,
+    TimerKind.CANCEL_UNPAID.value: OrderStatus.PENDING_PAYMENT.value,
+    TimerKind.CANCEL_UNSHIPPED.value: OrderStatus.PENDING_SHIPMENT.value,
+    TimerKind.CONFIRM_RECEIPT.value: OrderStatus.SHIPPED.value,
+    TimerKind.AUTO_REVIEW.value: OrderStatus.RECEIVED.value,
+}
+
+
+def _moved_on(timer: Mapping[str, Any]) -> bool:
+    """The timer found its order in another status than the one it acts on (paid before its
+    cancel, shipped before its ship deadline ...): no action was due, so none was late. A
+    reminder skipped because its order was still unpaid but past its pay deadline is no such
+    case: it came too late to be sent."""
+    outcome = str(timer["outcome"] or "")
+    if not outcome.startswith("skipped: order is "):
+        return False
+    return outcome.removeprefix("skipped: order is ") != _AWAITS.get(timer["kind"])
 
 
 def _timers_on_time(
@@ -442,6 +476,8 @@ def _timers_on_time(
             continue
         found.look()
         order_id = int(timer["order_id"])
+        if _moved_on(timer):
+            continue  # nothing to act on: the order had left the status the timer waits for
         if timer["kind"] == TimerKind.PAY_REMINDER.value and timer["attempts"] > 1:
             # A reminder whose first send had no answer is sent again after the backoff (or
             # skipped once the order moved on), as documented: it acted when the receiver
@@ -704,7 +740,11 @@ def _closing_times(tables: _Tables) -> dict[int, tuple[str, datetime]]:
 
 
 def _notice_checks(
-    tables: _Tables, notices: list[dict[str, Any]], max_deliveries: int, cancels: _Check
+    tables: _Tables,
+    notices: list[dict[str, Any]],
+    max_deliveries: int,
+    cancels: _Check,
+    frozen: Sequence[tuple[datetime, datetime]],
 ) -> tuple[dict[str, int], list[_Check]]:
     """The notifier's deliveries as the receiver counted them: one reminder or notice per
     (order, kind), repeats only where dueflow knew it might have delivered, every cancel
@@ -760,6 +800,7 @@ def _notice_checks(
         "paid or cancelled.",
     )
     moved = _closing_times(tables)
+    thawed = 0
     for delivery in received:
         body = _body(delivery)
         if body.get("event") != TimerKind.PAY_REMINDER.value:
@@ -768,6 +809,9 @@ def _notice_checks(
         at = _when(delivery.get("at"))
         closing = moved.get(int(body.get("order_id") or 0))
         if at is not None and closing is not None and at > closing[1] + IN_FLIGHT:
+            if any(start <= closing[1] and at <= end + IN_FLIGHT for start, end in frozen):
+                thawed += 1  # checked, then frozen before the send: see FROZEN_SENDS
+                continue
             after.fail(
                 f"reminder {_delivery_id(delivery)} of order {body.get('order_id')}: received "
                 f"{at.isoformat()}, order {closing[0]} at {closing[1].isoformat()}"
@@ -777,6 +821,7 @@ def _notice_checks(
         "events": 0,
         "repeats": sum(1 for n in per_id.values() if n > 1),
         "repeats_unexplained": unexplained,
+        "reminders_sent_through_a_freeze": thawed,
     }
     return figures, [once, after]
 
@@ -785,8 +830,8 @@ def _events_in_order(tables: _Tables, events: list[dict[str, Any]]) -> _Check:
     """The events webhook: every event delivered in seq order, none missing up to the last."""
     found = _Check(
         "events_in_order",
-        "The events webhook delivered each event in increasing seq order, every seq up to the "
-        "last delivered present and matching the timeline.",
+        "The events webhook delivered each event for the first time in increasing seq order, "
+        "every seq up to the last delivered present and matching the timeline.",
     )
     by_seq = {int(e["seq"]): e for e in tables.events if e["seq"] is not None}
     skipped = {
@@ -805,8 +850,10 @@ def _events_in_order(tables: _Tables, events: list[dict[str, Any]]) -> _Check:
         seq = int(body.get("seq") or 0)
         if seq not in seen:
             found.look()
-        if seq < highest:
-            found.fail(f"evt_{seq} received at {delivery.get('at')}, after evt_{highest}")
+        if seq < highest and seq not in seen:
+            # A repeat of an event already delivered (a sender frozen or killed before it heard
+            # the answer) is the documented at-least-once: receivers drop it by its id.
+            found.fail(f"evt_{seq} first received at {delivery.get('at')}, after evt_{highest}")
         row = by_seq.get(seq)
         if row is None or (row["order_id"], row["event"]) != (
             body.get("order_id"),

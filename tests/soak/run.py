@@ -29,7 +29,7 @@ import secrets
 import sys
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,8 @@ SETTINGS = {
 LEASE, SCAN_INTERVAL, GRACE = 8.0, 4.0, 1.0
 #: A frozen worker stays frozen this long: past its lease.
 FREEZE = LEASE + 3
+#: From a freeze's start to a moment after its resume.
+FREEZE_SPAN = timedelta(seconds=FREEZE + 1)
 #: The longest the chaos plan may go on after the load has ended.
 CHAOS_AFTER_LOAD = 120.0
 #: The longest a leg waits, after the load, for every order to end and every timer to be done.
@@ -121,7 +123,7 @@ def legs(short: bool, tag: str, database: str) -> list[Leg]:
             ),
             seconds=780,
             rate=14,
-            faults=50,
+            faults=42,
         ),
         Leg(
             LegConfig(
@@ -226,7 +228,10 @@ async def run_leg(leg: Leg, workdir: Path, seed: int) -> dict[str, Any]:
             await asyncio.to_thread(fleet.start)
             chaos = Chaos(fleet, rng, freeze_seconds=FREEZE)
             bounds = checker.Bounds(scan_interval=SCAN_INTERVAL, lease=LEASE, grace=GRACE)
-            plan = chaos.schedule(leg.faults, leg.seconds, apart=LEASE + SCAN_INTERVAL)
+            # A fault's lateness is over once a lost timer was found by a scan (grace and a scan
+            # interval) and a dead claimer's lease ran out before the next scan.
+            apart = GRACE + 2 * SCAN_INTERVAL + LEASE
+            plan = chaos.schedule(leg.faults, leg.seconds, apart=apart)
             stop_chaos = asyncio.Event()
             chaos_task = asyncio.create_task(chaos.run(plan, stop_chaos))
             target = Target(fleet.api_urls, fleet.sim_url, fleet.admin_token)
@@ -245,7 +250,12 @@ async def run_leg(leg: Leg, workdir: Path, seed: int) -> dict[str, Any]:
             exits = await asyncio.to_thread(fleet.stop)
         deliveries = receiver.snapshot()
     ended = datetime.now(UTC)
-    checked = await checker.check(config.database_url, sim_state, deliveries, bounds)
+    frozen = [
+        (datetime.fromisoformat(f["at"]), datetime.fromisoformat(f["at"]) + FREEZE_SPAN)
+        for f in chaos.faults
+        if f["kind"] == "sigstop_worker"
+    ]
+    checked = await checker.check(config.database_url, sim_state, deliveries, bounds, frozen=frozen)
     checks = list(checked["checks"])
     checks.append(
         {

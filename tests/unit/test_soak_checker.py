@@ -76,12 +76,14 @@ class History:
     refunded: int  # paid through WeChat Pay, cancelled by the seller, refunded
 
     async def run(self, **changes: Any) -> dict[str, Any]:
-        """The checker's result, with the simulator state or deliveries replaced."""
+        """The checker's result, with the simulator state or deliveries replaced (or freezes
+        given)."""
         return await check(
             self.url,
             changes.get("sim", self.sim),
             changes.get("deliveries", self.deliveries),
             BOUNDS,
+            frozen=changes.get("frozen", ()),
         )
 
     async def execute(self, statement: Any) -> None:
@@ -434,8 +436,60 @@ async def test_events_in_order_then_one_missing_and_one_late(history):
     late = [*delivered[:2], *delivered[3:], delivered[2]]
     found = failing(await history.run(deliveries=[*history.deliveries, *late]))
     assert found["events_in_order"] == [
-        f"evt_3 received at {delivered[2]['at']}, after evt_{len(delivered)}"
+        f"evt_3 first received at {delivered[2]['at']}, after evt_{len(delivered)}"
     ]
+    # A repeat of an event already delivered, after later ones: the documented at-least-once.
+    repeated = [*delivered, delivered[2]]
+    assert failing(await history.run(deliveries=[*history.deliveries, *repeated])) == {}
+
+
+async def test_a_pay_reminder_held_through_a_freeze_is_counted_not_failed(history):
+    """Checked, then frozen with its worker before the send: it lands when the worker resumes,
+    after the cancel. Counted in the figures; the same landing with no freeze is a violation."""
+    deliveries = copy.deepcopy(history.deliveries)
+    reminder = next(d for d in deliveries if d["body"]["event"] == "pay_reminder")
+    e = schema.order_events.c
+    async with history.deps.db.read() as conn:
+        closed = (
+            await conn.execute(
+                select(e.at).where(e.order_id == history.unpaid, e.event == "pay_timeout")
+            )
+        ).scalar_one()
+    reminder["at"] = (closed + timedelta(seconds=30)).isoformat()
+    freeze = [(closed - timedelta(seconds=1), closed + timedelta(seconds=28))]
+    result = await history.run(deliveries=deliveries, frozen=freeze)
+    assert failing(result) == {}
+    assert result["figures"]["deliveries"]["reminders_sent_through_a_freeze"] == 1
+    later = [(closed + timedelta(seconds=1), closed + timedelta(seconds=28))]  # after the cancel
+    found = failing(await history.run(deliveries=deliveries, frozen=later))
+    assert set(found) == {"reminders_not_after_close"}
+
+
+async def test_a_late_timer_whose_order_had_moved_on_acted_on_nothing(history):
+    """A cancel that finds its order paid had nothing to do: late, it is no late action. A
+    reminder skipped because its unpaid order is past its deadline came too late: a violation."""
+    t = schema.timers.c
+    late = timedelta(seconds=BOUNDS.late_limit + 30)
+    paid_cancel = (t.order_id == history.paid) & (t.kind == "cancel_unpaid")
+    await history.execute(
+        update(schema.timers)
+        .where(paid_cancel)
+        .values(state="done", outcome="skipped: order is pending_shipment")
+    )
+    async with history.deps.db.read() as conn:
+        row = (await conn.execute(select(schema.timers).where(paid_cancel))).one()
+    await history.execute(
+        update(schema.timers).where(paid_cancel).values(done_at=row.deadline_at + late)
+    )
+    assert failing(await history.run()) == {}
+    reminder = (t.order_id == history.unpaid) & (t.kind == "pay_reminder")
+    await history.execute(
+        update(schema.timers).where(reminder).values(outcome="skipped: order is pending_payment")
+    )
+    await set_time(history, schema.timers, reminder, "done_at", lambda done: done + late)
+    found = failing(await history.run())
+    assert set(found) == {"timers_on_time"}
+    assert f"pay_reminder of order {history.unpaid}" in found["timers_on_time"][0]
 
 
 def _postgres_reachable() -> bool:
