@@ -44,6 +44,9 @@ IN_FLIGHT = timedelta(seconds=5)
 #: killed mid-call, the call timed out) holds its order's cancel: the providers' "no such trade"
 #: proves nothing until then (dueflow's clock-skew margin for both providers, docs/payments.md).
 UNANSWERED_START_MARGIN = timedelta(minutes=2)
+#: The longest step of the retries meanwhile (dueflow.domain.timers.quick_backoff): the try
+#: that finds the trade decidable comes at most this long after it became so.
+RETRY_STEP = timedelta(seconds=30)
 #: The timer kinds and the order events an unanswered start may hold back.
 HELD_BY_START = frozenset({TimerKind.CANCEL_UNPAID.value, OrderEvent.PAY_TIMEOUT.value})
 #: The timer kinds that act on a business deadline (the promise "acted on by deadline + scan
@@ -390,7 +393,7 @@ def _unanswered_starts(tables: _Tables, bounds: Bounds) -> dict[int, datetime]:
     for payment in tables.payments.values():
         order_id = int(payment["order_id"])
         if payment["start_answer"] is None or order_id in unknown:
-            until = payment["expires_at"] + UNANSWERED_START_MARGIN
+            until = payment["expires_at"] + UNANSWERED_START_MARGIN + RETRY_STEP
             until += timedelta(seconds=bounds.late_limit)
             held[order_id] = max(until, held.get(order_id, until))
     return held

@@ -69,10 +69,12 @@ HOW_JUDGED = [
     "A worker killed or frozen holding a claim keeps it for one lease; the scanner of another "
     "worker then takes it within a scan interval (of timers due at least the grace ago). "
     "Notices, trade closes and refund checks are measured and plotted, not judged: they have no "
-    "business deadline. One documented hold: an unpaid cancel whose order has a payment start "
-    "that was never answered (the API process killed mid-call) waits until the attempt's expiry "
-    "plus 2 minutes, as the providers' 'no such trade' proves nothing before then (never cancel "
-    "on a guess); it must come by that moment plus the late limit.",
+    "business deadline. One documented hold: an unpaid cancel whose payment's state is not known "
+    "(a start never answered because the API process was killed mid-call, a code the provider "
+    "does not show yet) waits until the attempt's expiry plus 2 minutes, as the providers' 'no "
+    "such trade' proves nothing before then (never cancel on a guess); it must come by that "
+    "moment plus a retry's step (30 s) plus the late limit. A timer that found its order "
+    "already moved on (a cancel of an order paid meanwhile) acted on nothing and is not judged.",
     "- **The fast clock.** One worker runs its whole life with its wall clock 30 s ahead "
     "(libfaketime). Every dueflow process on a server database takes its time from the "
     "database's clock, so that worker must act neither early nor late.",

@@ -486,10 +486,11 @@ async def test_rearm_puts_a_claim_back_at_a_later_time_uncounted(world):
     assert (r.state, r.due_at, r.attempts, r.claim_token) == ("scheduled", later, 0, None)
 
 
-def test_quick_backoff_doubles_from_two_seconds_and_never_passes_the_backoff():
+def test_quick_backoff_doubles_from_two_seconds_to_thirty_then_backs_off_as_usual():
     from dueflow.domain.timers import backoff, quick_backoff
 
-    assert [quick_backoff(a).total_seconds() for a in range(1, 8)] == [2, 4, 8, 16, 32, 64, 128]
+    quick = [quick_backoff(a).total_seconds() for a in range(1, 12)]
+    assert quick == [2, 4, 8, 16, 30, 30, 30, 30, 60, 120, 240]
+    assert sum(quick[:8]) > 120  # past the providers' two-minute margin on the quick schedule
     assert quick_backoff(0) == quick_backoff(1)
-    assert all(quick_backoff(a) <= backoff(a) for a in range(1, 30))
-    assert quick_backoff(30) == backoff(30)  # both at the 10 minute cap
+    assert quick_backoff(40) == backoff(40)  # both at the 10 minute cap
