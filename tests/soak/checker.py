@@ -88,7 +88,7 @@ class Bounds:
     scan_interval: float  # seconds (DUEFLOW_SCAN_INTERVAL)
     lease: float  # DUEFLOW_LEASE
     grace: float  # DUEFLOW_SCAN_GRACE
-    slack: float = 2.0  # commit and processing time on a loaded 2-core machine
+    slack: float = 3.0  # commit and processing time on a loaded 2-core machine
     early_tolerance: float = 0.2  # clock sync error between processes (seconds)
 
     @property

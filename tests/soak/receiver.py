@@ -23,16 +23,15 @@ class Receiver:
         self._lock = threading.Lock()
 
     def on_post(self, handler: BaseHTTPRequestHandler) -> None:
-        """Read the request, answer 200, record it."""
+        """Read the request, record it, answer 200. Recorded before the answer: the sender
+        sends its next event only once answered, so the records keep the order of arrival
+        (recorded after, two handler threads could append in either order)."""
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length)
         try:
             body: Any = json.loads(raw)
         except ValueError:
             body = raw.decode(errors="replace")
-        handler.send_response(200)
-        handler.send_header("Content-Length", "0")
-        handler.end_headers()
         record = {
             "path": "/" + handler.path.rstrip("/").rsplit("/", 1)[-1],
             "headers": {k.lower(): v for k, v in handler.headers.items()},
@@ -42,6 +41,9 @@ class Receiver:
         }
         with self._lock:
             self.deliveries.append(record)
+        handler.send_response(200)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
 
     def snapshot(self) -> list[dict[str, Any]]:
         """What arrived so far."""
