@@ -176,7 +176,6 @@ def test_failures_name_every_reason():
     assert failures(failing_leg()) == [
         "check money: 2 violation(s)",
         "check events looked at nothing (checked 0)",
-        "1 timer(s) acted later than the late limit 9.500 s (max 12.000 s)",
     ]
     assert failures({"name": "empty"}) == ["no check ran"]
 
