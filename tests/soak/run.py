@@ -1,6 +1,6 @@
 """The chaos soak (issue 14): the real system as a fleet, under load and faults, then checked.
 
-``python -m tests.soak`` (``make soak``, about 20 minutes) runs three legs one after the other:
+``python -m tests.soak`` (``make soak``, about 25 minutes) runs three legs one after the other:
 
 1. PostgreSQL + Redis (trigger, locks, seat cache): 2 API processes, 3 workers, one of them with
    its clock 30 s fast; about 9,000 orders across the three flows in 14 minutes; 42 faults of
