@@ -91,7 +91,8 @@ class Refused(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-def _refusal(response: httpx.Response) -> Refused:
+def refusal(response: httpx.Response) -> Refused:
+    """The error an API or simulator answer carries (its code and message, or its status)."""
     try:
         error = response.json()["error"]
         return Refused(response.status_code, str(error["code"]), str(error["message"]))
@@ -122,7 +123,7 @@ class Server:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         response = await self.client.request(method, path, json=body, headers=headers)
         if response.status_code >= 400:
-            raise _refusal(response)
+            raise refusal(response)
         return response.json()
 
     async def summary(self) -> dict[str, Any]:

@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,7 +21,9 @@ from pathlib import Path
 
 import httpx
 
-DUEFLOW = Path(sys.executable).parent / "dueflow"
+from tests.conftest import eventually_sync
+from tests.e2e.live import DUEFLOW, answers, free_port
+
 #: Where Debian's libfaketime lives (x86_64 or aarch64).
 FAKETIME_LIBS = [
     Path(f"/usr/lib/{arch}-linux-gnu/faketime/libfaketime.so.1") for arch in ("x86_64", "aarch64")
@@ -34,39 +35,12 @@ class FleetError(RuntimeError):
     """A process of the fleet would not start or answer."""
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def faketime_lib() -> Path:
     """libfaketime's path; FleetError when it is not installed."""
     for lib in FAKETIME_LIBS:
         if lib.exists():
             return lib
     raise FleetError("libfaketime is not installed (apt-get install libfaketime)")
-
-
-def wait_for(check: Callable[[], bool], seconds: float, every: float = 0.1) -> bool:
-    """Poll ``check`` until it is true or ``seconds`` have passed (bounded)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(every)
-    return check()
-
-
-def answers(url: str) -> bool:
-    """``url`` answers 200."""
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @dataclass
@@ -96,7 +70,10 @@ class Proc:
 
     def wait_ready(self, timeout: float = 60) -> None:
         """Wait until it is ready; FleetError if it ends or is not ready within ``timeout``."""
-        if not wait_for(lambda: self.ready(self) or not self.alive, timeout) or not self.alive:
+        if (
+            not eventually_sync(lambda: self.ready(self) or not self.alive, timeout, 0.1)
+            or not self.alive
+        ):
             raise FleetError(f"{self.name} did not start:\n{self.tail()}")
 
     @property

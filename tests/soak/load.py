@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from dueflow.demo_http import DEADLINE_OF, dates_of
+from dueflow.demo_http import DEADLINE_OF, Refused, dates_of, refusal
 from dueflow.domain.lifecycle import FINAL_STATUSES
 from dueflow.service.payments import MIN_PAY_WINDOW
 
@@ -115,28 +115,12 @@ class Plan:
     flows: tuple[str, ...] = ("marketplace", "tickets", "shop")
 
 
-class Refused(Exception):
-    """The API or the simulator answered a 4xx: ``code`` is its error code."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"{status} {code}: {message}")
-        self.status, self.code, self.message = status, code, message
-
-
 class Unreachable(Exception):
     """No API process (or the simulator) answered sensibly within :data:`RETRY_FOR` seconds."""
 
 
 class Stale(Exception):
     """An order stayed where it was :data:`GIVE_UP` past its deadline."""
-
-
-def _refusal(response: httpx.Response) -> Refused:
-    try:
-        error = response.json()["error"]
-        return Refused(response.status_code, str(error["code"]), str(error["message"]))
-    except (ValueError, KeyError, TypeError):
-        return Refused(response.status_code, f"http_{response.status_code}", response.text[:200])
 
 
 def _now() -> datetime:
@@ -255,7 +239,7 @@ class Fleet:
             else:
                 if response.status_code < 500:
                     if response.status_code >= 400:
-                        raise _refusal(response)
+                        raise refusal(response)
                     return response.json()
                 failure = f"HTTP {response.status_code}"
             if loop.time() + pause > give_up:

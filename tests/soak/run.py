@@ -95,22 +95,16 @@ def legs(short: bool, tag: str, database: str) -> list[Leg]:
     """The legs of a run; ``tag`` keeps this run's Redis keys and RabbitMQ queues apart."""
     redis = f"{REDIS}/13?prefix=soak-{tag}"
     rabbit = f"{RABBIT}?prefix=soak-{tag}"
+    on_rabbitmq = LegConfig(
+        "postgresql-rabbitmq",
+        "PostgreSQL + RabbitMQ trigger + Redis locks, 2 API processes, 3 workers",
+        f"{PG}/{database}",
+        trigger_url=rabbit,
+        redis_url=f"{REDIS}/13",
+        settings=SETTINGS,
+    )
     if short:
-        return [
-            Leg(
-                LegConfig(
-                    "postgresql-rabbitmq",
-                    "PostgreSQL + RabbitMQ trigger + Redis locks, 2 API processes, 3 workers",
-                    f"{PG}/{database}",
-                    trigger_url=rabbit,
-                    redis_url=f"{REDIS}/13",
-                    settings=SETTINGS,
-                ),
-                seconds=60,
-                rate=5,
-                faults=6,
-            )
-        ]
+        return [Leg(on_rabbitmq, seconds=60, rate=5, faults=6)]
     return [
         Leg(
             LegConfig(
@@ -125,19 +119,7 @@ def legs(short: bool, tag: str, database: str) -> list[Leg]:
             rate=14,
             faults=42,
         ),
-        Leg(
-            LegConfig(
-                "postgresql-rabbitmq",
-                "PostgreSQL + RabbitMQ trigger + Redis locks, 2 API processes, 3 workers",
-                f"{PG}/{database}",
-                trigger_url=rabbit,
-                redis_url=f"{REDIS}/13",
-                settings=SETTINGS,
-            ),
-            seconds=120,
-            rate=10,
-            faults=6,
-        ),
+        Leg(on_rabbitmq, seconds=120, rate=10, faults=6),
         Leg(
             LegConfig(
                 "sqlite",
