@@ -28,7 +28,7 @@ from dueflow.store.schema import orders as t_orders
 from dueflow.store.timers import Armed
 from dueflow.timers import registry
 from dueflow.timers.redis import RedisTrigger, from_ms, to_ms
-from dueflow.worker.runner import Worker, feed_between
+from dueflow.worker.runner import Worker, feed_between, run_feeder
 from dueflow.worker.scanner import scan_once
 from tests.conftest import START, eventually
 from tests.contract.conftest import REDIS_URL
@@ -370,6 +370,57 @@ async def test_losing_every_redis_key_loses_no_deadline(
     report = await scan_once(world.worker)
     assert report.claimed >= 1
     assert await status(world, order_id) == "cancelled_unpaid"
+
+
+async def test_lost_tells_once_that_the_keys_are_gone(
+    trigger: RedisTrigger, r: aioredis.Redis, prefix: str
+) -> None:
+    assert await trigger.lost()  # the first ask: nothing was fed yet
+    assert not await trigger.lost()
+    other = RedisTrigger.from_url(f"{REDIS_URL}?prefix={prefix}")
+    try:
+        assert not await other.lost()  # another process sees the same marker
+        keys = [key async for key in r.scan_iter(match=f"{prefix}:*")]
+        await r.delete(*keys)  # FLUSHALL, as far as this trigger can tell
+        assert await other.lost()
+        assert not await trigger.lost()  # told once, to whichever feeder asked first
+    finally:
+        await other.close()
+    down = RedisTrigger.from_url(DOWN_URL)
+    try:
+        assert not await down.lost()  # cannot tell: no full feed on a guess
+        assert down.errors == 1
+    finally:
+        await down.close()
+
+
+async def test_a_flushed_redis_is_fed_again_at_the_next_feeder_pass(
+    redis_world, r: aioredis.Redis, prefix: str
+) -> None:
+    """Without the marker the feeder's next pass hands over only timers that came within the
+    horizon since the last one, and a cancel armed before the flush waits for the scanner."""
+    world = redis_world
+    order_id = await place(world)
+    cancel_id = (await timer_ids(world, order_id))[TimerKind.CANCEL_UNPAID]
+    stop = asyncio.Event()
+    feeder = asyncio.create_task(run_feeder(world.worker, stop))
+    try:
+        await eventually(lambda: world.clock.sleepers == 1)  # the first pass (a full one) ran
+        keys = [key async for key in r.scan_iter(match=f"{prefix}:*")]
+        await r.delete(*keys)
+        assert str(cancel_id) not in await due(r, prefix)
+
+        world.clock.advance(world.deps.scan_interval)
+        assert await eventually(lambda: _has(r, prefix, cancel_id))
+        deadline = await pay_deadline(world, order_id)
+        assert (await due(r, prefix))[str(cancel_id)] == to_ms(deadline, up=True)
+    finally:
+        stop.set()
+        await asyncio.wait_for(feeder, timeout=5)
+
+
+async def _has(r: aioredis.Redis, prefix: str, timer_id: int) -> bool:
+    return str(timer_id) in await due(r, prefix)
 
 
 async def test_feeder_hands_over_a_timer_once_it_comes_within_the_horizon(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 from decimal import Decimal
+from unittest import mock
 
 from sqlalchemy import select
 
@@ -17,7 +18,7 @@ from dueflow.service import orders
 from dueflow.store import payments as payment_store
 from dueflow.store import schema
 from dueflow.timers.base import Trigger
-from dueflow.worker.scanner import scan_once
+from dueflow.worker.scanner import Scanner, ScanReport, run_scanner, scan_once
 from tests.conftest import World, eventually
 
 
@@ -114,6 +115,54 @@ async def test_stopping_waits_for_the_batches_in_their_lanes(world: World) -> No
     hanging.answer.set()
     await asyncio.wait_for(loop, timeout=10)
     assert await status(world, trading) == "cancelled_unpaid"
+
+
+async def test_a_scanner_pass_goes_on_past_a_batch_that_hangs(world: World) -> None:
+    """The soak found unpaid cancels 16-21 s late after a FLUSHALL: the scanner ran each batch
+    of missed timers to its end before claiming the next, and slept a whole interval after a
+    long pass. A batch waiting on a provider now goes on in its lane while the pass claims on,
+    and the pass's end waits for nothing."""
+    hanging = Hanging()
+    world.deps.providers = Providers([ManualProvider(), hanging])
+    world.deps.batch_size = 1  # one timer a batch: the hanging one is claimed first
+    trading = await place_trading(world, "P-scan")
+    plain = await place(world)
+    world.clock.advance(timedelta(minutes=31))  # both cancels (and reminders) missed
+    scanner = Scanner(world.worker)
+    report = await scanner.scan()
+    assert hanging.calls == 1
+    assert report.claimed == 4 and report.batches == 4  # every batch claimed, one hanging
+    assert await status(world, plain) == "cancelled_unpaid"
+    assert await status(world, trading) == "pending_payment"
+
+    hanging.answer.set()
+    await scanner.settle()
+    assert await status(world, trading) == "cancelled_unpaid"
+    assert world.worker.stats.failed_batches == 0
+
+
+async def test_scanner_passes_start_a_scan_interval_apart(world: World) -> None:
+    """A pass that took 3 s of a 4 s interval is followed by the next 1 s after it ends."""
+    world.deps.scan_interval = timedelta(seconds=4)
+    started: list[object] = []
+    scan = Scanner.scan
+
+    async def slow(self: Scanner, stop: asyncio.Event | None = None) -> ScanReport:
+        started.append(world.clock.now())
+        world.clock.advance(3)
+        return await scan(self, stop)
+
+    stop = asyncio.Event()
+    with mock.patch.object(Scanner, "scan", slow):
+        task = asyncio.create_task(run_scanner(world.worker, stop))
+        try:
+            assert await eventually(lambda: world.clock.sleepers == 1)
+            world.clock.advance(timedelta(seconds=1))
+            assert await eventually(lambda: len(started) == 2)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, timeout=5)
+    assert started[1] == started[0] + timedelta(seconds=4)  # type: ignore[operator]
 
 
 async def _is(world: World, order_id: int, wanted: str) -> bool:

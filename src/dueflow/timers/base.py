@@ -65,6 +65,14 @@ class Trigger(ABC):
         :meth:`armed`."""
         await self.armed(timers)
 
+    async def lost(self) -> bool:
+        """Whether the backend has lost what it was fed (a Redis flushed, or restarted without
+        its data) since this was last asked, by any process: the feeder then feeds every
+        scheduled timer within the horizon again at once, rather than leave them to the
+        scanner. Never raises: False when it cannot tell (a trigger that cannot tell at all
+        recovers by the feeder's periodic full feed)."""
+        return False
+
     def count_errors(self, counter: Callable[[str], None]) -> None:
         """Have ``counter(operation)`` called for each error the trigger handles itself."""
         self._error_counter = counter

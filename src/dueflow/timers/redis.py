@@ -12,6 +12,9 @@ Keys (``prefix`` defaults to ``dueflow``):
 ``{prefix}:wake``
     a short list of markers. Arming pushes one, so a worker blocked in BLPOP looks again when a
     new, possibly earlier, timer arrives.
+``{prefix}:fed``
+    a marker the feeders set once: found missing, Redis has lost what it was fed since
+    (:meth:`RedisTrigger.lost`), and the feeder that found it so feeds every timer again.
 ``{prefix}:wake:{random}``
     one per trigger instance, blocked on together with the shared list: the instance pushes a
     marker to it to end its own BLPOP early (its clock says the head is due before Redis's
@@ -154,6 +157,7 @@ class RedisTrigger(Trigger):
         self.due_key = f"{prefix}:due"
         self.processing_key = f"{prefix}:processing"
         self.wake_key = f"{prefix}:wake"
+        self.fed_key = f"{prefix}:fed"
         self.poke_key = f"{prefix}:wake:{uuid.uuid4().hex}"
         #: Redis errors ``wait`` has swallowed (the scanner covered for them).
         self.errors = 0
@@ -231,6 +235,18 @@ class RedisTrigger(Trigger):
                 await pipe.execute()
         except REDIS_ERRORS as exc:
             raise BackendUnavailable(f"redis trigger cannot arm timers: {exc}") from exc
+
+    async def lost(self) -> bool:
+        """True when the ``fed`` marker was missing (and is now set): Redis lost its keys since
+        any feeder last asked, or this is the first ask. Redis trouble: False (the scanner
+        covers due timers meanwhile; the next ask after Redis is back tells)."""
+        try:
+            return bool(await self._redis().set(self.fed_key, "1", nx=True))
+        except REDIS_ERRORS as exc:
+            self.errors += 1
+            self._handled_error("lost")
+            log.warning("redis trigger cannot tell whether it lost its timers (%s)", exc)
+            return False
 
     # -- delivering ---------------------------------------------------------------------------
 

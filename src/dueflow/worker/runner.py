@@ -102,13 +102,15 @@ class Worker:
         try:
             yield
         finally:
-            # Told by the event as well as cancelled: a cancel that lands as a timed wait ends
-            # can be lost (asyncio.wait_for before Python 3.12), and the batch would wait on its
-            # keeper forever.
+            # Told by the event, not cancelled: a renewal in flight finishes (a statement
+            # cancelled mid-way is a pooled connection's trouble to come). Cancelled only if it
+            # hangs for a whole lease, when the lease has run out anyway.
             done.set()
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await asyncio.wait({keeper}, timeout=self.deps.lease.total_seconds())
+            if not keeper.done():
+                keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeper
 
     async def _keep_leases(self, claimed: Sequence[Claimed], done: asyncio.Event) -> None:
         deps = self.deps
@@ -223,7 +225,7 @@ class Worker:
         try:
             while not stop.is_set():
                 await lanes.acquire()
-                lane = _Lane(lanes)
+                lane = Lane(lanes)
                 if stop.is_set():  # stopped while waiting for a lane: claim nothing more
                     lane.release()
                     break
@@ -240,10 +242,10 @@ class Worker:
             if self._running:
                 await asyncio.gather(*self._running, return_exceptions=True)
 
-    def _start(
+    def start(
         self,
         claimed: Sequence[Claimed],
-        lane: _Lane,
+        lane: Lane,
         then: Callable[[], Awaitable[None]] | None = None,
     ) -> asyncio.Task[None]:
         """Run a claimed batch in its own task, holding a lane until it (and ``then``) ends."""
@@ -263,12 +265,12 @@ class Worker:
         task.add_done_callback(self._running.discard)
         return task
 
-    async def _poll_once(self, lane: _Lane) -> None:
+    async def _poll_once(self, lane: Lane) -> None:
         """Holding one lane: start a batch in it, or give it back and wait for the next due."""
         deps = self.deps
         claimed = await self._claim_due()
         if claimed:
-            await asyncio.wait({self._start(claimed, lane)}, timeout=DETACH_AFTER)
+            await asyncio.wait({self.start(claimed, lane)}, timeout=DETACH_AFTER)
             return
         lane.release()
         async with deps.db.read() as conn:
@@ -279,7 +281,7 @@ class Worker:
         self.stats.waits += 1
         await deps.trigger.wait(deps.clock, until)
 
-    async def _delivered_once(self, lane: _Lane) -> None:
+    async def _delivered_once(self, lane: Lane) -> None:
         """Holding one lane: run what the trigger delivers in it, or give it back."""
         deps = self.deps
         self.stats.waits += 1
@@ -290,14 +292,14 @@ class Worker:
         delivered = list(ids)
         claimed = await self._claim_ids(delivered)
         if claimed:
-            batch = self._start(claimed, lane, then=lambda: deps.ack(delivered))
+            batch = self.start(claimed, lane, then=lambda: deps.ack(delivered))
             await asyncio.wait({batch}, timeout=DETACH_AFTER)
             return
         lane.release()
         await deps.ack(delivered)
 
 
-class _Lane:
+class Lane:
     """One of a worker's lanes, held by the loop or by the batch it started; given back once,
     whichever of them gives it back first (an error after a lane was given back must not give
     it back again)."""
@@ -313,7 +315,8 @@ class _Lane:
 
 async def run_feeder(worker: Worker, stop: asyncio.Event, *, full_every: int = 10) -> None:
     """Hand the trigger the scheduled timers that come within its horizon, once a scan interval;
-    every ``full_every`` passes, all of them again (a trigger that lost its state catches up)."""
+    all of them again at once when the trigger says it lost them (:meth:`Trigger.lost`: a Redis
+    flushed), and every ``full_every`` passes (a trigger that lost its state unseen catches up)."""
     deps = worker.deps
     horizon = deps.trigger.horizon
     if horizon is None:
@@ -323,7 +326,12 @@ async def run_feeder(worker: Worker, stop: asyncio.Event, *, full_every: int = 1
     while not stop.is_set():
         try:
             until = deps.clock.now() + horizon
-            since = None if passes % full_every == 0 else fed_until
+            lost = await deps.trigger.lost()
+            if lost and passes:
+                log.warning(
+                    "the %s trigger lost its timers; feeding them all again", deps.trigger.scheme
+                )
+            since = None if lost or passes % full_every == 0 else fed_until
             await feed_between(worker, since, until)
             fed_until = until
             passes += 1

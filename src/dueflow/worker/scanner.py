@@ -1,5 +1,11 @@
 """The safety net: every scan interval, claim what the trigger missed (timers due more than a
-grace period ago) and claims whose lease expired (a killed worker), and run the same handlers."""
+grace period ago) and claims whose lease expired (a killed worker), and run the same handlers.
+
+A pass claims batch after batch and runs each in a lane of its own, as the worker's loop does:
+a batch still running after :data:`~dueflow.worker.runner.DETACH_AFTER` goes on while the pass
+claims the next one, so a timer at the end of a long walk (a trigger that lost everything, a
+worker frozen with its claims) waits for no other batch's provider calls and commits. Passes
+start a scan interval apart, however long the one before took."""
 
 from __future__ import annotations
 
@@ -9,14 +15,15 @@ import time
 from dataclasses import dataclass
 
 from dueflow.store import timers
-from dueflow.worker.runner import Worker
+from dueflow.worker.runner import DETACH_AFTER, Lane, Worker
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class ScanReport:
-    """What one scanner pass did."""
+    """What one scanner pass did (``failed_batches``: known once its batches ended, so only
+    from :func:`scan_once`)."""
 
     claimed: int = 0
     batches: int = 0
@@ -25,52 +32,91 @@ class ScanReport:
     seconds: float = 0.0
 
 
-async def scan_once(worker: Worker, stop: asyncio.Event | None = None) -> ScanReport:
-    """One pass: walk by (due_at, id) up to a cutoff fixed at the start, in batches, past
-    failures. Once ``stop`` is set the pass ends after the batch in progress. Counted in
-    ``dueflow_scanner_{passes,claimed,errors}_total``."""
-    deps = worker.deps
-    metrics = deps.metrics
-    report = ScanReport()
-    started = time.perf_counter()
-    now = deps.clock.now()
-    cutoff = now - deps.scan_grace
-    after = None
-    failed_before = worker.stats.failed_batches
-    while stop is None or not stop.is_set():
-        try:
-            async with deps.db.write() as conn:
-                claimed, after = await timers.claim_overdue(
-                    conn,
-                    now=deps.clock.now(),
-                    cutoff=cutoff,
-                    after=after,
-                    limit=deps.batch_size,
-                    lease=deps.lease,
-                )
-        except Exception:
-            report.errors += 1
-            metrics.scanner_errors.inc()
-            log.exception("scanner could not claim; ending this pass")
-            break
-        if after is None:
-            break
-        if claimed:
+class Scanner:
+    """Passes of one worker's scanner, their batches at most ``worker_batches`` at once (lanes
+    of the scanner's own: the worker's loops hold theirs while they wait on the trigger)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._lanes = asyncio.BoundedSemaphore(worker.deps.worker_batches)
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def scan(self, stop: asyncio.Event | None = None) -> ScanReport:
+        """One pass: walk by (due_at, id) up to a cutoff fixed at the start, in batches, past
+        failures; the batches may still run when it returns (:meth:`settle` waits for them).
+        Once ``stop`` is set the pass claims nothing more. Counted in
+        ``dueflow_scanner_{passes,claimed,errors}_total``."""
+        worker = self.worker
+        deps = worker.deps
+        metrics = deps.metrics
+        report = ScanReport()
+        started = time.perf_counter()
+        cutoff = deps.clock.now() - deps.scan_grace
+        after = None
+        while stop is None or not stop.is_set():
+            await self._lanes.acquire()  # a lane first: no claim waits unrun for one
+            lane = Lane(self._lanes)
+            try:
+                async with deps.db.write() as conn:
+                    claimed, after = await timers.claim_overdue(
+                        conn,
+                        now=deps.clock.now(),
+                        cutoff=cutoff,
+                        after=after,
+                        limit=deps.batch_size,
+                        lease=deps.lease,
+                    )
+            except Exception:
+                lane.release()
+                report.errors += 1
+                metrics.scanner_errors.inc()
+                log.exception("scanner could not claim; ending this pass")
+                break
+            if not claimed:
+                lane.release()
+                if after is None:
+                    break
+                continue
             report.claimed += len(claimed)
             report.batches += 1
             metrics.scanner_claimed.inc(len(claimed))
-            await worker.run_batch(claimed)
+            batch = worker.start(claimed, lane)
+            self._running.add(batch)
+            batch.add_done_callback(self._running.discard)
+            await asyncio.wait({batch}, timeout=DETACH_AFTER)
+        report.seconds = time.perf_counter() - started
+        metrics.scanner_passes.inc()
+        if report.claimed:
+            log.warning(
+                "scanner fired %d missed timers in %d batches", report.claimed, report.batches
+            )
+        return report
+
+    async def settle(self) -> None:
+        """Wait for the batches this scanner started."""
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+
+
+async def scan_once(worker: Worker, stop: asyncio.Event | None = None) -> ScanReport:
+    """One pass (:meth:`Scanner.scan`), returning once its batches have ended."""
+    scanner = Scanner(worker)
+    failed_before = worker.stats.failed_batches
+    report = await scanner.scan(stop)
+    await scanner.settle()
     report.failed_batches = worker.stats.failed_batches - failed_before
-    report.seconds = time.perf_counter() - started
-    metrics.scanner_passes.inc()
-    if report.claimed:
-        log.warning("scanner fired %d missed timers in %d batches", report.claimed, report.batches)
     return report
 
 
 async def run_scanner(worker: Worker, stop: asyncio.Event) -> None:
-    """Scan at start and then every scan interval until ``stop`` is set."""
+    """Scan at start and then every scan interval (start to start) until ``stop`` is set; the
+    batches in progress end before it returns."""
     deps = worker.deps
-    while not stop.is_set():
-        await scan_once(worker, stop)
-        await deps.clock.sleep_until(deps.clock.now() + deps.scan_interval, stop)
+    scanner = Scanner(worker)
+    try:
+        while not stop.is_set():
+            began = deps.clock.now()
+            await scanner.scan(stop)
+            await deps.clock.sleep_until(began + deps.scan_interval, stop)
+    finally:
+        await scanner.settle()
