@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack
 
 import pytest
 from sqlalchemy import literal_column, select, text
+from sqlalchemy.exc import DBAPIError
 
 from dueflow.exceptions import BackendUnavailable
 from dueflow.store import db as db_module
@@ -191,3 +192,40 @@ async def test_a_write_whose_connection_is_dropped_mid_transaction_is_unavailabl
             await conn.execute(select(literal_column("1")))
     async with db.read() as conn:  # and the next one works
         assert (await conn.execute(select(literal_column("1")))).scalar_one() == 1
+
+
+@pytest.mark.postgres
+async def test_a_protocol_left_mid_operation_is_a_lost_connection():
+    """About one connection in ten that PostgreSQL terminates mid-transaction fails with
+    asyncpg's InternalClientError ("another operation is in progress") rather than "connection
+    is closed" (the chaos soak's pg_terminate_backend). It is a lost connection all the same:
+    replaced with every one opened before it, never handed to the next request. Terminations
+    are repeated until one fails so (a few dozen are enough; 400 bound the test)."""
+    require_service("postgres", "127.0.0.1", 5432)
+    url = SERVICE_URLS["postgres"]
+    assert url is not None
+    db = Database.from_url(url)
+    admin = Database.from_url(url)
+    try:
+        seen = 0
+        for _ in range(400):
+            with pytest.raises(BackendUnavailable) as raised:
+                async with db.write() as conn:
+                    me = int((await conn.execute(text(BACKENDS["postgres"][1]))).scalar_one())
+                    async with admin.write() as other:
+                        await other.execute(text(BACKENDS["postgres"][2].format(me)))
+                    await conn.execute(select(literal_column("1")))
+            cause = raised.value.__cause__
+            assert isinstance(cause, DBAPIError)
+            if type(cause.orig).__name__ != "InternalClientError":
+                continue
+            seen += 1
+            assert cause.connection_invalidated  # replaced, with every older one
+            async with db.write() as conn:  # and the next request is served
+                assert (await conn.execute(select(literal_column("1")))).scalar_one() == 1
+            if seen == 3:
+                break
+        assert seen, "no termination failed with InternalClientError in 400 tries"
+    finally:
+        await admin.dispose()
+        await db.dispose()

@@ -138,6 +138,20 @@ class Liveness:
         self.dropped_at = float("-inf")
         event.listen(engine.sync_engine, "checkin", self._checkin)
         event.listen(engine.sync_engine, "checkout", self._checkout)
+        event.listen(engine.sync_engine, "handle_error", self._handle_error)
+
+    @staticmethod
+    def _handle_error(context: Any) -> None:
+        """A protocol left mid-operation is a lost connection to SQLAlchemy too: the connection
+        is replaced, with every one opened before it (not given back to the pool, where it
+        failed the next request to take it)."""
+        if _protocol_broken(context.original_exception):
+            context.is_disconnect = True
+
+    def _lost(self, error: Any, dbapi_connection: Any) -> bool:
+        return _protocol_broken(error) or bool(
+            self.dialect.is_disconnect(error, dbapi_connection, None)
+        )
 
     @staticmethod
     def _checkin(_dbapi_connection: Any, record: Any) -> None:
@@ -153,7 +167,7 @@ class Liveness:
         try:
             self.dialect.do_ping(dbapi_connection)
         except self.dialect.loaded_dbapi.Error as error:
-            if self.dialect.is_disconnect(error, dbapi_connection, None):
+            if self._lost(error, dbapi_connection):
                 # SQLAlchemy replaces this connection and every one opened before it.
                 raise exc.InvalidatePoolError(str(error)) from error
             raise
@@ -166,9 +180,19 @@ class Liveness:
         raw = await conn.get_raw_connection()
         # A hot statement's error is the driver's own (asyncpg's has no DB-API class).
         orig: Any = error.orig
-        if self.dialect.is_disconnect(orig, raw.dbapi_connection, None):
+        if self._lost(orig, raw.dbapi_connection):
             self.dropped_at = time.monotonic()
             await conn.invalidate()
+
+
+def _protocol_broken(error: BaseException | None) -> bool:
+    """asyncpg's InternalClientError ("cannot switch to state 12; another operation (2) is in
+    progress"): the connection's protocol was left in the middle of an operation, so it can
+    never run another, though it is not closed. About one connection in ten that the server
+    terminates in the middle of a transaction fails so rather than as "connection is closed"
+    (the chaos soak's pg_terminate_backend); SQLAlchemy 2.1's asyncpg dialect does not count it
+    as a disconnect."""
+    return error is not None and type(error).__name__ == "InternalClientError"
 
 
 #: What the driver errors are translated to, with the message a client may see.

@@ -12,6 +12,7 @@ carries the five ``Wechatpay-*`` headers signed with the platform key named by t
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from dueflow.payments.simulator.state import (
 )
 from dueflow.payments.wechatpay import signing
 
+log = logging.getLogger(__name__)
 WECHATPAY = Provider.WECHATPAY
 JSON_TYPE = "application/json; charset=utf-8"
 DEFAULT_EXPIRY = timedelta(hours=2)  # how long a native code_url lives
@@ -308,6 +310,8 @@ def _signed_url(request: Request) -> str:
 
 def _respond(state: SimulatorState, reply: Reply) -> Response:
     status, payload = reply
+    if status >= 400 and payload is not None:
+        log.warning("wechatpay answers %d %s: %s", status, payload.get("code"), payload.get("message"))
     body = b"" if payload is None else _dumps(payload)
     headers = platform_headers(state, body)
     headers["Request-ID"] = uuid.uuid4().hex
