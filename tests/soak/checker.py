@@ -494,7 +494,8 @@ def _timers_on_time(
             found.fail(
                 f"timer {timer['id']} {timer['kind']} of order {timer['order_id']}: deadline "
                 f"{_iso(timer['deadline_at'])}, done {_iso(timer['done_at'])} ({late:+.3f} s), "
-                f"attempts {timer['attempts']}, outcome {timer['outcome']!r}"
+                f"attempts {timer['attempts']}, outcome {timer['outcome']!r}, "
+                f"last error {timer['last_error']!r}"
             )
     return found
 

@@ -117,11 +117,11 @@ def legs(short: bool, tag: str, database: str) -> list[Leg]:
                 redis_url=f"{REDIS}/13",
                 settings=SETTINGS,
             ),
-            seconds=840,
-            rate=11,
-            faults=42,
+            seconds=960,
+            rate=8.5,
+            faults=44,
         ),
-        Leg(on_rabbitmq, seconds=120, rate=10, faults=6),
+        Leg(on_rabbitmq, seconds=240, rate=8, faults=8),
         Leg(
             LegConfig(
                 "sqlite",
@@ -132,9 +132,9 @@ def legs(short: bool, tag: str, database: str) -> list[Leg]:
                 fast_clock=0,
                 settings=SETTINGS,
             ),
-            seconds=60,
+            seconds=90,
             rate=6,
-            faults=3,
+            faults=4,
         ),
     ]
 

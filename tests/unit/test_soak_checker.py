@@ -10,7 +10,6 @@ import contextlib
 import copy
 import dataclasses
 import json
-import socket
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import insert, select, update
 
 from dueflow import bootstrap
 from dueflow.api.app import create_app as dueflow_app
@@ -33,14 +32,14 @@ from dueflow.payments.simulator.app import create_app as simulator_app
 from dueflow.service import accounts, events, orders, payments, refunds
 from dueflow.service.deps import Deps
 from dueflow.store import schema
-from dueflow.store.db import Database
 from dueflow.worker.runner import Worker
-from tests.conftest import _reset_server_database
+from tests.conftest import _reset_server_database, require_service
 from tests.soak.checker import Bounds, check
+from tests.soak.run import fresh_postgres
 from tests.unit.payments.test_payment_flow import Forward
 
 BOUNDS = Bounds(scan_interval=5.0, lease=10.0, grace=2.0)
-PG_URL = "postgresql://postgres@127.0.0.1:5432/h3"
+PG_URL = "postgresql://postgres@127.0.0.1:5432/soak_checker"
 
 
 class ReceiverNotifier(Notifier):
@@ -492,24 +491,10 @@ async def test_a_late_timer_whose_order_had_moved_on_acted_on_nothing(history):
     assert f"pay_reminder of order {history.unpaid}" in found["timers_on_time"][0]
 
 
-def _postgres_reachable() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 5432), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _postgres_reachable(), reason="PostgreSQL at 127.0.0.1:5432 unreachable")
+@pytest.mark.postgres
 async def test_the_history_keeps_every_promise_on_postgresql():
-    probe = Database.from_url(PG_URL)
-    try:
-        async with probe.read() as conn:
-            await conn.execute(text("SELECT 1"))
-    except Exception as exc:
-        pytest.skip(f"database h3 unusable: {exc}")
-    finally:
-        await probe.dispose()
+    require_service("postgresql", "127.0.0.1", 5432)  # fails under CI when it does not answer
+    await fresh_postgres(PG_URL)
     async for history in live_history(PG_URL):
         result = await history.run()
         assert failing(result) == {}

@@ -311,7 +311,9 @@ def _signed_url(request: Request) -> str:
 def _respond(state: SimulatorState, reply: Reply) -> Response:
     status, payload = reply
     if status >= 400 and payload is not None:
-        log.warning("wechatpay answers %d %s: %s", status, payload.get("code"), payload.get("message"))
+        log.warning(
+            "wechatpay answers %d %s: %s", status, payload.get("code"), payload.get("message")
+        )
     body = b"" if payload is None else _dumps(payload)
     headers = platform_headers(state, body)
     headers["Request-ID"] = uuid.uuid4().hex
