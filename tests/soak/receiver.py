@@ -32,16 +32,18 @@ class Receiver:
             body: Any = json.loads(raw)
         except ValueError:
             body = raw.decode(errors="replace")
+        # A body cut off (the sender killed mid-request) never arrived: recorded, not delivered.
+        status = 200 if len(raw) == length else 400
         record = {
             "path": "/" + handler.path.rstrip("/").rsplit("/", 1)[-1],
             "headers": {k.lower(): v for k, v in handler.headers.items()},
             "body": body,
-            "status": 200,
+            "status": status,
             "at": datetime.now(UTC).isoformat(),
         }
         with self._lock:
             self.deliveries.append(record)
-        handler.send_response(200)
+        handler.send_response(status)
         handler.send_header("Content-Length", "0")
         handler.end_headers()
 
