@@ -28,7 +28,7 @@ FLAGS = [  # this machine's network is closed: no background calls home
 ]
 SHORT = {
     "DUEFLOW_REMINDER_AFTER": "2s",
-    "DUEFLOW_PAY_TIMEOUT": "8s",
+    "DUEFLOW_PAY_TIMEOUT": "15s",  # long enough to log in before it; the page waits 30 s
     "DUEFLOW_SCAN_INTERVAL": "1s",
     "DUEFLOW_SCAN_GRACE": "1s",
 }
@@ -101,12 +101,13 @@ def test_an_operator_watches_an_order_expire_and_approves_a_refund(
         playwright_api.sync_playwright() as pw,
     ):
         refund_order = paid_then_cancelled_by_seller(served, alice, bob)
-        lamp = alice.post("/api/goods", json={"title": "lamp", "price": "35.00"}).json()
-        unpaid = bob.post("/api/orders", json={"goods_id": lamp["id"]}).json()
-
+        # The browser first: its cold start on a fresh machine took longer than the order's
+        # pay deadline (a CI run found the order cancelled before the page first showed it).
         browser = pw.chromium.launch(executable_path=str(chromium_path), args=FLAGS)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         expect = playwright_api.expect
+        lamp = alice.post("/api/goods", json={"title": "lamp", "price": "35.00"}).json()
+        unpaid = bob.post("/api/orders", json={"goods_id": lamp["id"]}).json()
 
         # Log in: a wrong token is refused, the admin's opens the dashboard.
         page.goto(f"{served.base}/admin/orders/{unpaid['id']}")
