@@ -265,12 +265,24 @@ class Worker:
         task.add_done_callback(self._running.discard)
         return task
 
+    async def detach(
+        self,
+        claimed: Sequence[Claimed],
+        lane: Lane,
+        then: Callable[[], Awaitable[None]] | None = None,
+    ) -> asyncio.Task[None]:
+        """:meth:`start` the batch and wait for it :data:`DETACH_AFTER` at most; it goes on in
+        its lane after that."""
+        batch = self.start(claimed, lane, then)
+        await asyncio.wait({batch}, timeout=DETACH_AFTER)
+        return batch
+
     async def _poll_once(self, lane: Lane) -> None:
         """Holding one lane: start a batch in it, or give it back and wait for the next due."""
         deps = self.deps
         claimed = await self._claim_due()
         if claimed:
-            await asyncio.wait({self.start(claimed, lane)}, timeout=DETACH_AFTER)
+            await self.detach(claimed, lane)
             return
         lane.release()
         async with deps.db.read() as conn:
@@ -292,8 +304,7 @@ class Worker:
         delivered = list(ids)
         claimed = await self._claim_ids(delivered)
         if claimed:
-            batch = self.start(claimed, lane, then=lambda: deps.ack(delivered))
-            await asyncio.wait({batch}, timeout=DETACH_AFTER)
+            await self.detach(claimed, lane, then=lambda: deps.ack(delivered))
             return
         lane.release()
         await deps.ack(delivered)

@@ -1,11 +1,12 @@
 """The safety net: every scan interval, claim what the trigger missed (timers due more than a
 grace period ago) and claims whose lease expired (a killed worker), and run the same handlers.
 
-A pass claims batch after batch and runs each in a lane of its own, as the worker's loop does:
-a batch still running after :data:`~dueflow.worker.runner.DETACH_AFTER` goes on while the pass
-claims the next one, so a timer at the end of a long walk (a trigger that lost everything, a
-worker frozen with its claims) waits for no other batch's provider calls and commits. Passes
-start a scan interval apart, however long the one before took."""
+A pass claims batch after batch and runs each in a lane of its own, as the worker's loop does
+(:meth:`Worker.detach`): a batch still running after
+:data:`~dueflow.worker.runner.DETACH_AFTER` goes on while the pass claims the next one, so a
+timer at the end of a long walk (a trigger that lost everything, a worker frozen with its
+claims) waits for no other batch's provider calls and commits. Passes start a scan interval
+apart, however long the one before took."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from dueflow.store import timers
-from dueflow.worker.runner import DETACH_AFTER, Lane, Worker
+from dueflow.worker.runner import Lane, Worker
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +81,10 @@ class Scanner:
             report.claimed += len(claimed)
             report.batches += 1
             metrics.scanner_claimed.inc(len(claimed))
-            batch = worker.start(claimed, lane)
-            self._running.add(batch)
-            batch.add_done_callback(self._running.discard)
-            await asyncio.wait({batch}, timeout=DETACH_AFTER)
+            batch = await worker.detach(claimed, lane)
+            if not batch.done():
+                self._running.add(batch)
+                batch.add_done_callback(self._running.discard)
         report.seconds = time.perf_counter() - started
         metrics.scanner_passes.inc()
         if report.claimed:
