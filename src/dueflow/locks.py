@@ -183,18 +183,30 @@ async def acquire_within(locks: Locks, key: str, ttl: timedelta) -> str:
 
 
 @asynccontextmanager
-async def held(locks: Locks, key: str, ttl: timedelta) -> AsyncIterator[str | None]:
+async def held(
+    locks: Locks, key: str, ttl: timedelta, *, busy_goes_ahead: bool = False
+) -> AsyncIterator[str | None]:
     """Hold ``key`` for the block, waiting up to ``locks.wait`` for it; yields the owner token,
     or None when the lock store is unreachable and the block runs without the lock (the
     database's guarded updates decide alone; counted and logged by ``locks.bypasses``).
 
+    With ``busy_goes_ahead`` a key still held after the wait is gone past too (yielding None):
+    for work that must happen by a deadline (a timer's confirm of a trade found paid), where a
+    holder that died keeps the key until its TTL (``DUEFLOW_LOCK_TTL``, 10 s) and waiting that
+    out would make the deadline late. The lock only saves the database some contention.
+
     Raises:
-        Busy: someone else held it for the whole wait; try again.
+        Busy: someone else held it for the whole wait; try again (not with ``busy_goes_ahead``).
     """
     try:
         token: str | None = await acquire_within(locks, key, ttl)
     except BackendUnavailable as exc:
         locks.bypasses.went_ahead(key, exc)
+        token = None
+    except Busy:
+        if not busy_goes_ahead:
+            raise
+        log.warning("lock %s still held after the wait; going ahead without it", key)
         token = None
     else:
         locks.bypasses.reachable()

@@ -430,3 +430,68 @@ async def test_a_notification_still_busy_after_the_wait_is_a_fail_the_provider_r
         assert again.status_code == 204
         assert [o for _, o, _ in await market.inbox()] == ["busy", "confirmed"]
         assert await pay_count(market, order_id) == 1
+
+
+async def test_a_cancel_finding_its_trade_paid_goes_past_a_lock_left_by_a_dead_holder(
+    db_path: Path,
+):
+    """A process killed holding an order's lock (an API process mid-request) leaves it until its
+    TTL. The cancel at the pay deadline finds the trade paid and, after the wait, confirms it
+    without the lock rather than retrying until the TTL is out (the chaos soak: cancels 10-15 s
+    late after an API process was killed; 2 + 4 + 8 s of retries would pass the limit). The
+    database's guarded updates apply the payment once; the lock stays its holder's."""
+    from sqlalchemy import select
+
+    from dueflow.store.schema import timers as t_timers
+    from dueflow.worker.runner import Worker
+
+    async with locked_market(db_path, REDIS_URL, lock_wait="100ms") as market:
+        order_id = await market.order()
+        pay_no, _ = await payments.start_payment(
+            market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
+        )
+        dead = RedisLocks.from_url(REDIS_URL)  # another process, same prefix as dueflow's
+        try:
+            token = await dead.acquire(f"order:{order_id}", TTL)
+            assert token is not None
+            paid = await market.sim.post(
+                "/control/pay", json={"provider": "wechatpay", "out_trade_no": pay_no}
+            )
+            assert paid.status_code == 200, paid.text
+            assert await market.status(order_id) == "pending_payment"  # its notice was busy
+            market.clock.advance(timedelta(hours=1))  # past the pay deadline
+            await Worker(market.deps).drain()
+            assert await market.status(order_id) == "pending_shipment"
+            assert await pay_count(market, order_id) == 1
+            async with market.deps.db.read() as conn:
+                cancel = (
+                    await conn.execute(
+                        select(t_timers).where(
+                            t_timers.c.order_id == order_id, t_timers.c.kind == "cancel_unpaid"
+                        )
+                    )
+                ).one()
+            assert (cancel.state, cancel.attempts) == ("done", 1), cancel.last_error
+            assert await dead.release(f"order:{order_id}", token)  # still the dead holder's
+        finally:
+            await dead.close()
+
+
+async def test_held_goes_ahead_past_a_busy_key_only_when_asked(prefix: str) -> None:
+    other = RedisLocks.from_url(REDIS_URL, prefix=prefix)
+    waiting = RedisLocks.from_url(REDIS_URL, prefix=prefix, wait=timedelta(milliseconds=50))
+    try:
+        token = await other.acquire("order:8", TTL)
+        assert token is not None
+        with pytest.raises(Busy):
+            async with held(waiting, "order:8", TTL):
+                pytest.fail("entered a held lock")
+        ran = False
+        async with held(waiting, "order:8", TTL, busy_goes_ahead=True) as mine:
+            ran = True
+            assert mine is None
+        assert ran
+        assert await other.release("order:8", token)  # never taken from its holder
+    finally:
+        await other.close()
+        await waiting.close()

@@ -59,7 +59,9 @@ async def _paid_as_well(deps: Deps, row: Row[Any], payment: VerifiedPayment) -> 
     ``paid_twice`` refund) or, for another amount, as a mismatch; returns why it must be tried
     again, or "" when it is recorded."""
     try:
-        await payment_service.confirm_payment(deps, payment, actor="close_or_query")
+        await payment_service.confirm_payment(
+            deps, payment, actor="close_or_query", busy_goes_ahead=True
+        )
     except PaymentMismatch as exc:
         async with deps.db.write() as conn:
             await payment_service.record_mismatch_at_close(

@@ -78,6 +78,7 @@ async def confirm_payment(
     actor: str,
     check: AttemptCheck | None = None,
     also: AlsoWrite | None = None,
+    busy_goes_ahead: bool = False,
 ) -> PaymentOutcome:
     """Apply a verified payment exactly once.
 
@@ -101,7 +102,8 @@ async def confirm_payment(
         if check is not None:
             check(None)
         raise NotFound(f"no payment attempt {payment.pay_no}")
-    async with locks.held(deps.locks, f"order:{known.order_id}", deps.lock_ttl):
+    key = f"order:{known.order_id}"
+    async with locks.held(deps.locks, key, deps.lock_ttl, busy_goes_ahead=busy_goes_ahead):
         return await confirm_payment_locked(deps, payment, actor=actor, check=check, also=also)
 
 

@@ -122,7 +122,9 @@ async def _close_then_cancel(
     for order_id, outcome in closing.items():
         if outcome.result is CloseResult.PAID and outcome.payment is not None:
             try:
-                await payment_service.confirm_payment(deps, outcome.payment, actor="close_or_query")
+                await payment_service.confirm_payment(
+                    deps, outcome.payment, actor="close_or_query", busy_goes_ahead=True
+                )
                 paid.add(order_id)
             except PaymentMismatch as exc:
                 mismatched[order_id] = (outcome.payment, exc.message)
