@@ -338,9 +338,15 @@ def backend_url(request: pytest.FixtureRequest, db_path: Path) -> str:
 @pytest.fixture
 async def backend_world(backend_url: str) -> AsyncIterator[World]:
     """The ``world`` of the unit tests, on each backend in turn."""
+    async for built in world_at(backend_url):
+        yield built
+
+
+async def world_at(url: str) -> AsyncIterator[World]:
+    """A :class:`World` on the database at ``url``; a server database emptied and migrated."""
     clock = FakeClock(START)
     notifier = RecordingNotifier()
-    settings = load_settings(database_url=backend_url, profile="prod")
+    settings = load_settings(database_url=url, profile="prod")
     async with bootstrap.running(
         settings, clock=clock, notifier=notifier, migrate_sqlite=False
     ) as deps:

@@ -17,7 +17,7 @@ from dueflow.exceptions import BackendUnavailable
 from dueflow.store import db as db_module
 from dueflow.store import hot
 from dueflow.store.db import MESSAGES, POOL_SIZE, Database
-from tests.conftest import SERVICE_URLS, require_service
+from tests.conftest import SERVICE_URLS, eventually, require_service, world_at
 
 BACKENDS = {
     "postgres": (5432, "SELECT pg_backend_pid()", "SELECT pg_terminate_backend({})"),
@@ -226,3 +226,126 @@ async def test_a_protocol_left_mid_operation_is_a_lost_connection():
         assert seen, "no termination failed with InternalClientError in 400 tries"
     finally:
         await db.dispose()
+
+
+async def drop_every_other(backend: str) -> int:
+    """End every other session of the test database at once (the chaos soak's
+    pg_terminate_backend), waiting until they are gone; returns how many there were."""
+    url = SERVICE_URLS[backend]
+    assert url is not None
+    other = Database.from_url(url)
+    sessions = {
+        "postgres": "SELECT pid FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        "mysql": "SELECT id FROM information_schema.processlist"
+        " WHERE db = DATABASE() AND id <> CONNECTION_ID()",
+    }[backend]
+    try:
+        async with other.write() as conn:
+            ids = {int(i) for i in (await conn.execute(text(sessions))).scalars()}
+        await drop(backend, ids)
+
+        async def gone() -> bool:
+            async with other.read() as conn:
+                left = {int(i) for i in (await conn.execute(text(sessions))).scalars()}
+            return not left & ids
+
+        assert await eventually(gone)
+    finally:
+        await other.dispose()
+    return len(ids)
+
+
+async def test_a_cancel_whose_connections_are_cut_is_done_under_its_first_claim(
+    backend, monkeypatch
+):
+    """Every connection of the worker's pool is ended right as its cancel handler starts (used
+    a moment before by the claim, so not pinged): the handler's first read fails, the worker
+    runs it again in place on fresh connections, and the order is cancelled at the first
+    attempt: no hand-back, no backoff (the chaos soak found unpaid cancels 19-22 s late)."""
+    from datetime import timedelta
+
+    from dueflow.domain.timers import TimerKind
+    from dueflow.service import orders as order_service
+    from dueflow.service.timeouts import HANDLERS
+    from dueflow.store.schema import orders
+    from dueflow.store.schema import timers as t_timers
+    from dueflow.worker import runner
+
+    monkeypatch.setattr(runner, "RERUN_PAUSES", (0.0, 0.0))
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 3600.0)
+    cuts: list[int] = []
+
+    async def cut_then_cancel(deps, batch):
+        if not cuts:
+            cuts.append(await drop_every_other(backend))
+        await HANDLERS[TimerKind.CANCEL_UNPAID](deps, batch)
+
+    url = SERVICE_URLS[backend]
+    assert url is not None
+    async for world in world_at(url):
+        goods_id = await world.goods()
+        placed = await order_service.place_order(
+            world.deps, buyer_id=world.buyer, goods_id=goods_id
+        )
+        world.clock.advance(timedelta(minutes=30))
+        worker = runner.Worker(
+            world.deps, handlers={**HANDLERS, TimerKind.CANCEL_UNPAID: cut_then_cancel}
+        )
+        assert await worker.run_once() == 2  # the cancel and the reminder due with it
+        assert cuts and cuts[0] >= 1
+        assert worker.stats.reruns >= 1
+        async with world.deps.db.read() as conn:
+            status = (
+                await conn.execute(select(orders.c.status).where(orders.c.id == placed))
+            ).scalar_one()
+            timer = (
+                await conn.execute(
+                    select(t_timers).where(
+                        t_timers.c.order_id == placed,
+                        t_timers.c.kind == TimerKind.CANCEL_UNPAID.value,
+                    )
+                )
+            ).one()
+        assert status == "cancelled_unpaid"
+        assert (timer.state, timer.outcome, timer.attempts) == ("done", "cancelled", 1)
+
+
+async def test_timers_delivered_as_the_connections_are_cut_are_claimed_all_the_same(
+    backend, monkeypatch
+):
+    """A trigger hands the worker due ids just as every connection of its pool is ended: the
+    claim's first try fails and is made again at once, rather than leaving the ids with the
+    trigger until its lease (60 s) or the scanner's next pass."""
+    from datetime import timedelta
+
+    from dueflow.service import orders as order_service
+    from dueflow.store.schema import timers as t_timers
+    from dueflow.worker import runner
+
+    monkeypatch.setattr(runner, "RERUN_PAUSES", (0.0, 0.0))
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 3600.0)
+    url = SERVICE_URLS[backend]
+    assert url is not None
+    async for world in world_at(url):
+        goods_id = await world.goods()
+        placed = await order_service.place_order(
+            world.deps, buyer_id=world.buyer, goods_id=goods_id
+        )
+        world.clock.advance(timedelta(minutes=30))
+        async with world.deps.db.read() as conn:
+            due = list(
+                (
+                    await conn.execute(select(t_timers.c.id).where(t_timers.c.order_id == placed))
+                ).scalars()
+            )
+        assert len(due) == 2  # the reminder and the cancel
+        assert await drop_every_other(backend) >= 1
+        assert await world.worker.deliver(due) == 2
+        async with world.deps.db.read() as conn:
+            states = set(
+                (
+                    await conn.execute(select(t_timers.c.state).where(t_timers.c.id.in_(due)))
+                ).scalars()
+            )
+        assert states == {"done"}

@@ -20,6 +20,7 @@ from dueflow.store import timers
 from dueflow.store.schema import goods, order_events, orders, refunds, reminders, reviews
 from dueflow.store.schema import timers as t_timers
 from dueflow.store.timers import Claimed
+from dueflow.worker import runner
 from dueflow.worker.runner import Worker
 from tests.conftest import eventually
 
@@ -413,6 +414,7 @@ async def test_a_failing_handler_puts_its_timers_back_and_the_rest_of_the_batch_
     # Due now: early's reminder and cancel, late's reminder — one batch of two kinds.
     assert await worker.run_once() == 3
     assert worker.stats.failed_batches == 1
+    assert worker.stats.reruns == 0  # a failure not known to pass is not run again at once
     assert worker.stats.by_kind == {"pay_reminder": 2, "cancel_unpaid": 1}
 
     t = await timer(world, early, K.CANCEL_UNPAID)
@@ -440,15 +442,48 @@ async def test_a_failing_handler_puts_its_timers_back_and_the_rest_of_the_batch_
     assert (t.state, t.outcome, t.attempts) == ("done", "cancelled", 2)
 
 
-@pytest.mark.parametrize(
-    "error", [BackendUnavailable("the database is unavailable"), Busy("order:1 is busy")]
-)
-async def test_a_handler_failing_on_a_lost_connection_or_a_busy_lock_retries_in_seconds(
-    world, error
+TRANSIENT = [BackendUnavailable("the database is unavailable"), Busy("order:1 is busy")]
+
+
+@pytest.fixture
+def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's reruns in place follow each other at once (they wait real time, not the
+    clock: the time a dropped connection or a lock needs, not a deadline)."""
+    monkeypatch.setattr(runner, "RERUN_PAUSES", (0.0,) * len(runner.RERUN_PAUSES))
+
+
+@pytest.mark.parametrize("error", TRANSIENT)
+async def test_a_handler_failing_on_a_lost_connection_or_a_busy_lock_runs_again_in_place(
+    world, error, no_pauses
 ):
-    """What is usually over a moment later is tried again 2 s later, doubling, not after the
-    30 s backoff (the chaos soak: pg_terminate_backend left pay timeouts 35-40 s late)."""
-    failures = [error, error]
+    """A lost connection or a busy lock is usually over a moment later: the handler runs again
+    under the same claim, the timer done at its first attempt, not handed back to wait for a
+    backoff that grows with the timer's earlier failures (the chaos soak found unpaid cancels
+    19-22 s late after pg_terminate_backend, 2 + 4 + 8 s of backoff)."""
+    failures = [error] * len(runner.RERUN_PAUSES)
+
+    async def flaky(deps: Deps, batch: Sequence[Claimed]) -> None:
+        if failures:
+            raise failures.pop()
+        await HANDLERS[K.CANCEL_UNPAID](deps, batch)
+
+    worker = Worker(world.deps, handlers={**HANDLERS, K.CANCEL_UNPAID: flaky})
+    placed = await place(world)
+    world.clock.advance(timedelta(minutes=30))
+    await worker.run_once()
+    assert (await order(world, placed)).status == "cancelled_unpaid"
+    t = await timer(world, placed, K.CANCEL_UNPAID)
+    assert (t.state, t.outcome, t.attempts, t.last_error) == ("done", "cancelled", 1, None)
+    assert worker.stats.reruns == len(runner.RERUN_PAUSES)
+    assert worker.stats.failed_batches == 0
+
+
+@pytest.mark.parametrize("error", TRANSIENT)
+async def test_a_handler_still_failing_after_its_reruns_retries_in_seconds(world, error, no_pauses):
+    """Past its reruns in place, the batch goes back and is tried again 2 s later, doubling,
+    not after the 30 s backoff of other failures."""
+    tries = 1 + len(runner.RERUN_PAUSES)
+    failures = [error] * (2 * tries)
 
     async def flaky(deps: Deps, batch: Sequence[Claimed]) -> None:
         if failures:
@@ -462,6 +497,7 @@ async def test_a_handler_failing_on_a_lost_connection_or_a_busy_lock_retries_in_
     t = await timer(world, placed, K.CANCEL_UNPAID)
     assert (t.state, t.attempts) == ("scheduled", 1)
     assert t.due_at == world.clock.now() + timedelta(seconds=2)
+    assert t.last_error == f"{type(error).__name__}: {error}"
     world.clock.advance(timedelta(seconds=2))
     await worker.drain()
     t = await timer(world, placed, K.CANCEL_UNPAID)
@@ -470,6 +506,57 @@ async def test_a_handler_failing_on_a_lost_connection_or_a_busy_lock_retries_in_
     world.clock.advance(timedelta(seconds=4))
     await worker.drain()
     assert (await order(world, placed)).status == "cancelled_unpaid"
+    assert worker.stats.failed_batches == 2
+
+
+async def test_a_rerun_in_place_runs_only_the_timers_still_claimed(world, no_pauses):
+    """A handler whose first transaction committed (one order cancelled, its timer done)
+    before the connection was lost runs again on the rest only: nothing is done twice."""
+    seen: list[list[int]] = []
+
+    async def half_then_lost(deps: Deps, batch: Sequence[Claimed]) -> None:
+        seen.append([t.order_id for t in batch])
+        if len(seen) == 1:
+            await HANDLERS[K.CANCEL_UNPAID](deps, batch[:1])
+            raise BackendUnavailable("the database is unavailable")
+        await HANDLERS[K.CANCEL_UNPAID](deps, batch)
+
+    worker = Worker(world.deps, handlers={**HANDLERS, K.CANCEL_UNPAID: half_then_lost})
+    first, second = await place(world), await place(world)
+    world.clock.advance(timedelta(minutes=30))
+    await worker.run_once()
+    assert seen == [[first, second], [second]]
+    for placed in (first, second):
+        assert (await order(world, placed)).status == "cancelled_unpaid"
+        t = await timer(world, placed, K.CANCEL_UNPAID)
+        assert (t.state, t.outcome, t.attempts) == ("done", "cancelled", 1)
+        assert len(await events(world, placed, "pay_timeout")) == 1
+
+
+async def test_a_rerun_stops_when_no_timer_of_the_batch_is_still_claimed(world, no_pauses):
+    """Timers taken over meanwhile (their lease ran out and another worker claimed them) are
+    not this handler's to run again."""
+    calls = 0
+
+    async def lost_after_takeover(deps: Deps, batch: Sequence[Claimed]) -> None:
+        nonlocal calls
+        calls += 1
+        async with deps.db.write() as conn:
+            await conn.execute(
+                update(t_timers)
+                .where(t_timers.c.id.in_([t.id for t in batch]))
+                .values(claim_token="someone else")
+            )
+        raise BackendUnavailable("the database is unavailable")
+
+    worker = Worker(world.deps, handlers={**HANDLERS, K.CANCEL_UNPAID: lost_after_takeover})
+    placed = await place(world)
+    world.clock.advance(timedelta(minutes=30))
+    await worker.run_once()
+    assert calls == 1
+    t = await timer(world, placed, K.CANCEL_UNPAID)
+    assert (t.state, t.claim_token, t.last_error) == ("claimed", "someone else", None)
+    assert worker.stats.failed_batches == 0
 
 
 async def test_run_once_respects_the_batch_size(world):

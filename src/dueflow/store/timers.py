@@ -478,6 +478,20 @@ async def extend_lease(
     return held
 
 
+async def still_claimed(conn: AsyncConnection, claimed: Sequence[Claimed]) -> list[Claimed]:
+    """Those of ``claimed`` still held under their claim token: not finished, retried or taken
+    over since (a handler's transaction that committed before a failure finished its timers)."""
+    held: set[int] = set()
+    for token, ids in _by_token(claimed):
+        query = select(timers.c.id).where(
+            tally.among(conn, timers.c.id, ids),
+            timers.c.claim_token == token,
+            _in_state(TimerState.CLAIMED),
+        )
+        held.update((await conn.execute(query)).scalars())
+    return [t for t in claimed if t.id in held]
+
+
 async def next_due_at(conn: AsyncConnection) -> datetime | None:
     """When the earliest scheduled timer is due."""
     query = select(func.min(timers.c.due_at)).where(timers.c.state == SCHEDULED)
