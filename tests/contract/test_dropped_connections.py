@@ -8,16 +8,23 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import literal_column, select, text
 from sqlalchemy.exc import DBAPIError
 
+from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import BackendUnavailable
+from dueflow.service import orders as order_service
+from dueflow.service.timeouts import HANDLERS
 from dueflow.store import db as db_module
 from dueflow.store import hot
 from dueflow.store.db import MESSAGES, POOL_SIZE, Database
-from tests.conftest import SERVICE_URLS, eventually, require_service, world_at
+from dueflow.store.schema import orders
+from dueflow.store.schema import timers as t_timers
+from dueflow.worker import runner
+from tests.conftest import SERVICE_URLS, World, eventually, require_service, world_at
 
 BACKENDS = {
     "postgres": (5432, "SELECT pg_backend_pid()", "SELECT pg_terminate_backend({})"),
@@ -256,6 +263,20 @@ async def drop_every_other(backend: str) -> int:
     return len(ids)
 
 
+async def overdue_order(backend: str) -> AsyncIterator[tuple[World, int]]:
+    """A world on ``backend`` and an order of it past its pay deadline (its reminder and its
+    cancel due)."""
+    url = SERVICE_URLS[backend]
+    assert url is not None
+    async for world in world_at(url):
+        goods_id = await world.goods()
+        placed = await order_service.place_order(
+            world.deps, buyer_id=world.buyer, goods_id=goods_id
+        )
+        world.clock.advance(timedelta(minutes=30))
+        yield world, placed
+
+
 async def test_a_cancel_whose_connections_are_cut_is_done_under_its_first_claim(
     backend, monkeypatch
 ):
@@ -263,15 +284,6 @@ async def test_a_cancel_whose_connections_are_cut_is_done_under_its_first_claim(
     a moment before by the claim, so not pinged): the handler's first read fails, the worker
     runs it again in place on fresh connections, and the order is cancelled at the first
     attempt: no hand-back, no backoff (the chaos soak found unpaid cancels 19-22 s late)."""
-    from datetime import timedelta
-
-    from dueflow.domain.timers import TimerKind
-    from dueflow.service import orders as order_service
-    from dueflow.service.timeouts import HANDLERS
-    from dueflow.store.schema import orders
-    from dueflow.store.schema import timers as t_timers
-    from dueflow.worker import runner
-
     monkeypatch.setattr(runner, "RERUN_PAUSES", (0.0, 0.0))
     monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 3600.0)
     cuts: list[int] = []
@@ -281,14 +293,7 @@ async def test_a_cancel_whose_connections_are_cut_is_done_under_its_first_claim(
             cuts.append(await drop_every_other(backend))
         await HANDLERS[TimerKind.CANCEL_UNPAID](deps, batch)
 
-    url = SERVICE_URLS[backend]
-    assert url is not None
-    async for world in world_at(url):
-        goods_id = await world.goods()
-        placed = await order_service.place_order(
-            world.deps, buyer_id=world.buyer, goods_id=goods_id
-        )
-        world.clock.advance(timedelta(minutes=30))
+    async for world, placed in overdue_order(backend):
         worker = runner.Worker(
             world.deps, handlers={**HANDLERS, TimerKind.CANCEL_UNPAID: cut_then_cancel}
         )
@@ -317,22 +322,9 @@ async def test_timers_delivered_as_the_connections_are_cut_are_claimed_all_the_s
     """A trigger hands the worker due ids just as every connection of its pool is ended: the
     claim's first try fails and is made again at once, rather than leaving the ids with the
     trigger until its lease (60 s) or the scanner's next pass."""
-    from datetime import timedelta
-
-    from dueflow.service import orders as order_service
-    from dueflow.store.schema import timers as t_timers
-    from dueflow.worker import runner
-
     monkeypatch.setattr(runner, "RERUN_PAUSES", (0.0, 0.0))
     monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 3600.0)
-    url = SERVICE_URLS[backend]
-    assert url is not None
-    async for world in world_at(url):
-        goods_id = await world.goods()
-        placed = await order_service.place_order(
-            world.deps, buyer_id=world.buyer, goods_id=goods_id
-        )
-        world.clock.advance(timedelta(minutes=30))
+    async for world, placed in overdue_order(backend):
         async with world.deps.db.read() as conn:
             due = list(
                 (

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import redis
 import redis.asyncio as aioredis
+from sqlalchemy import select
 
 from dueflow import bootstrap
 from dueflow.api.app import create_app as dueflow_app
@@ -25,6 +26,8 @@ from dueflow.locks import Bypasses, NoLocks, RedisLocks, held
 from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator.app import create_app as simulator_app
 from dueflow.service import accounts, orders, payments
+from dueflow.store.schema import timers as t_timers
+from dueflow.worker.runner import Worker
 from tests.conftest import START, eventually
 from tests.contract.conftest import REDIS_URL
 from tests.unit.payments.test_payment_flow import Forward, Market, wechat_notification
@@ -440,11 +443,6 @@ async def test_a_cancel_finding_its_trade_paid_goes_past_a_lock_left_by_a_dead_h
     without the lock rather than retrying until the TTL is out (the chaos soak: cancels 10-15 s
     late after an API process was killed; 2 + 4 + 8 s of retries would pass the limit). The
     database's guarded updates apply the payment once; the lock stays its holder's."""
-    from sqlalchemy import select
-
-    from dueflow.store.schema import timers as t_timers
-    from dueflow.worker.runner import Worker
-
     async with locked_market(db_path, REDIS_URL, lock_wait="100ms") as market:
         order_id = await market.order()
         pay_no, _ = await payments.start_payment(

@@ -452,15 +452,9 @@ def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner, "RERUN_PAUSES", (0.0,) * len(runner.RERUN_PAUSES))
 
 
-@pytest.mark.parametrize("error", TRANSIENT)
-async def test_a_handler_failing_on_a_lost_connection_or_a_busy_lock_runs_again_in_place(
-    world, error, no_pauses
-):
-    """A lost connection or a busy lock is usually over a moment later: the handler runs again
-    under the same claim, the timer done at its first attempt, not handed back to wait for a
-    backoff that grows with the timer's earlier failures (the chaos soak found unpaid cancels
-    19-22 s late after pg_terminate_backend, 2 + 4 + 8 s of backoff)."""
-    failures = [error] * len(runner.RERUN_PAUSES)
+async def failing_cancel(world, failures: list[Exception]) -> tuple[Worker, int]:
+    """A worker whose unpaid cancels raise ``failures`` one by one before they work, and an
+    order past its pay deadline."""
 
     async def flaky(deps: Deps, batch: Sequence[Claimed]) -> None:
         if failures:
@@ -470,6 +464,18 @@ async def test_a_handler_failing_on_a_lost_connection_or_a_busy_lock_runs_again_
     worker = Worker(world.deps, handlers={**HANDLERS, K.CANCEL_UNPAID: flaky})
     placed = await place(world)
     world.clock.advance(timedelta(minutes=30))
+    return worker, placed
+
+
+@pytest.mark.parametrize("error", TRANSIENT)
+async def test_a_handler_failing_on_a_lost_connection_or_a_busy_lock_runs_again_in_place(
+    world, error, no_pauses
+):
+    """A lost connection or a busy lock is usually over a moment later: the handler runs again
+    under the same claim, the timer done at its first attempt, not handed back to wait for a
+    backoff that grows with the timer's earlier failures (the chaos soak found unpaid cancels
+    19-22 s late after pg_terminate_backend, 2 + 4 + 8 s of backoff)."""
+    worker, placed = await failing_cancel(world, [error] * len(runner.RERUN_PAUSES))
     await worker.run_once()
     assert (await order(world, placed)).status == "cancelled_unpaid"
     t = await timer(world, placed, K.CANCEL_UNPAID)
@@ -483,16 +489,7 @@ async def test_a_handler_still_failing_after_its_reruns_retries_in_seconds(world
     """Past its reruns in place, the batch goes back and is tried again 2 s later, doubling,
     not after the 30 s backoff of other failures."""
     tries = 1 + len(runner.RERUN_PAUSES)
-    failures = [error] * (2 * tries)
-
-    async def flaky(deps: Deps, batch: Sequence[Claimed]) -> None:
-        if failures:
-            raise failures.pop()
-        await HANDLERS[K.CANCEL_UNPAID](deps, batch)
-
-    worker = Worker(world.deps, handlers={**HANDLERS, K.CANCEL_UNPAID: flaky})
-    placed = await place(world)
-    world.clock.advance(timedelta(minutes=30))
+    worker, placed = await failing_cancel(world, [error] * (2 * tries))
     await worker.drain()
     t = await timer(world, placed, K.CANCEL_UNPAID)
     assert (t.state, t.attempts) == ("scheduled", 1)
