@@ -85,11 +85,17 @@ class Worker:
         metrics.claimed(
             kind.value, [(t.deadline_at, t.attempts) for t in group], self.deps.clock.now()
         )
+        # One observation per kind's share of a batch, its reruns in place included.
+        with metrics.handler_duration.labels(kind.value).time():
+            await self._run_handler(kind, group)
+
+    async def _run_handler(self, kind: TimerKind, group: Sequence[Claimed]) -> None:
+        """Run the kind's handler on ``group``; a lost connection or a busy lock runs it again
+        in place (:data:`RERUN_PAUSES`) on the timers still claimed; what still fails goes back."""
         pauses = iter(RERUN_PAUSES)
         while True:
             try:
-                with metrics.handler_duration.labels(kind.value).time():
-                    await self.handlers[kind](self.deps, group)
+                await self.handlers[kind](self.deps, group)
             except (BackendUnavailable, Busy) as exc:
                 pause = next(pauses, None)
                 if pause is None:
@@ -113,7 +119,7 @@ class Worker:
                 await self._failed(kind, group, exc, backoff)
                 return
             else:
-                metrics.fired.labels(kind.value, "ran").inc(len(group))
+                self.deps.metrics.fired.labels(kind.value, "ran").inc(len(group))
                 return
 
     async def _failed(
