@@ -194,6 +194,15 @@ def db_path(tmp_path: Path, migrated_template: Path) -> Path:
 
 
 @pytest.fixture
+def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's reruns in place follow each other at once (they wait real time, not the
+    clock: the time a dropped connection or a lock needs, not a deadline)."""
+    from dueflow.worker import runner
+
+    monkeypatch.setattr(runner, "RERUN_PAUSES", (0.0,) * len(runner.RERUN_PAUSES))
+
+
+@pytest.fixture
 def settings(db_path: Path) -> Settings:
     return load_settings(database_url=f"sqlite:///{db_path}", profile="prod")
 

@@ -278,13 +278,12 @@ async def overdue_order(backend: str) -> AsyncIterator[tuple[World, int]]:
 
 
 async def test_a_cancel_whose_connections_are_cut_is_done_under_its_first_claim(
-    backend, monkeypatch
+    backend, monkeypatch, no_pauses
 ):
     """Every connection of the worker's pool is ended right as its cancel handler starts (used
     a moment before by the claim, so not pinged): the handler's first read fails, the worker
     runs it again in place on fresh connections, and the order is cancelled at the first
     attempt: no hand-back, no backoff (the chaos soak found unpaid cancels 19-22 s late)."""
-    monkeypatch.setattr(runner, "RERUN_PAUSES", (0.0, 0.0))
     monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 3600.0)
     cuts: list[int] = []
 
@@ -317,12 +316,11 @@ async def test_a_cancel_whose_connections_are_cut_is_done_under_its_first_claim(
 
 
 async def test_timers_delivered_as_the_connections_are_cut_are_claimed_all_the_same(
-    backend, monkeypatch
+    backend, monkeypatch, no_pauses
 ):
     """A trigger hands the worker due ids just as every connection of its pool is ended: the
     claim's first try fails and is made again at once, rather than leaving the ids with the
     trigger until its lease (60 s) or the scanner's next pass."""
-    monkeypatch.setattr(runner, "RERUN_PAUSES", (0.0, 0.0))
     monkeypatch.setattr(db_module, "PING_AFTER_IDLE", 3600.0)
     async for world, placed in overdue_order(backend):
         async with world.deps.db.read() as conn:

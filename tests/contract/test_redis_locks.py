@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -317,6 +317,19 @@ async def locked_market(
     lock_keys_cleared()
 
 
+@asynccontextmanager
+async def locked_elsewhere(key: str) -> AsyncIterator[Callable[[], Awaitable[bool]]]:
+    """``key`` held by another process (same prefix as dueflow's) for the block; yields its
+    release, true while the key was still that process's."""
+    other = RedisLocks.from_url(REDIS_URL)
+    try:
+        token = await other.acquire(key, TTL)
+        assert token is not None
+        yield lambda: other.release(key, token)
+    finally:
+        await other.close()
+
+
 def wechat_paid(market: Market, pay_no: str, fen: int = 8800) -> tuple[bytes, dict[str, str]]:
     """A signed WeChat Pay TRANSACTION.SUCCESS notification for ``pay_no``, as WeChat sends it."""
     config = market.config
@@ -414,10 +427,7 @@ async def test_a_notification_still_busy_after_the_wait_is_a_fail_the_provider_r
         pay_no, _ = await payments.start_payment(
             market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
         )
-        other = RedisLocks.from_url(REDIS_URL)  # another process, same prefix as dueflow's
-        try:
-            token = await other.acquire(f"order:{order_id}", TTL)
-            assert token is not None
+        async with locked_elsewhere(f"order:{order_id}") as release:
             body, headers = wechat_paid(market, pay_no)
             answer = await market.app.post("/notify/wechatpay", content=body, headers=headers)
             assert answer.status_code == 409
@@ -426,9 +436,7 @@ async def test_a_notification_still_busy_after_the_wait_is_a_fail_the_provider_r
                 "message": f"order:{order_id} is busy; try again",
             }
             assert await market.status(order_id) == "pending_payment"
-            assert await other.release(f"order:{order_id}", token)
-        finally:
-            await other.close()
+            assert await release()
         again = await market.app.post("/notify/wechatpay", content=body, headers=headers)
         assert again.status_code == 204
         assert [o for _, o, _ in await market.inbox()] == ["busy", "confirmed"]
@@ -448,10 +456,7 @@ async def test_a_cancel_finding_its_trade_paid_goes_past_a_lock_left_by_a_dead_h
         pay_no, _ = await payments.start_payment(
             market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
         )
-        dead = RedisLocks.from_url(REDIS_URL)  # another process, same prefix as dueflow's
-        try:
-            token = await dead.acquire(f"order:{order_id}", TTL)
-            assert token is not None
+        async with locked_elsewhere(f"order:{order_id}") as release:  # a dead holder's
             paid = await market.sim.post(
                 "/control/pay", json={"provider": "wechatpay", "out_trade_no": pay_no}
             )
@@ -470,9 +475,7 @@ async def test_a_cancel_finding_its_trade_paid_goes_past_a_lock_left_by_a_dead_h
                     )
                 ).one()
             assert (cancel.state, cancel.attempts) == ("done", 1), cancel.last_error
-            assert await dead.release(f"order:{order_id}", token)  # still the dead holder's
-        finally:
-            await dead.close()
+            assert await release()  # still the dead holder's
 
 
 async def test_held_goes_ahead_past_a_busy_key_only_when_asked(prefix: str) -> None:

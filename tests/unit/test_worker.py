@@ -445,13 +445,6 @@ async def test_a_failing_handler_puts_its_timers_back_and_the_rest_of_the_batch_
 TRANSIENT = [BackendUnavailable("the database is unavailable"), Busy("order:1 is busy")]
 
 
-@pytest.fixture
-def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The worker's reruns in place follow each other at once (they wait real time, not the
-    clock: the time a dropped connection or a lock needs, not a deadline)."""
-    monkeypatch.setattr(runner, "RERUN_PAUSES", (0.0,) * len(runner.RERUN_PAUSES))
-
-
 async def failing_cancel(world, failures: list[Exception]) -> tuple[Worker, int]:
     """A worker whose unpaid cancels raise ``failures`` one by one before they work, and an
     order past its pay deadline."""

@@ -63,7 +63,7 @@ async def test_a_batch_records_each_kinds_handler_time_and_the_batch_size(world)
     assert sample(deps, "dueflow_timer_batch_size_bucket", le="10000.0") == stats.batches
 
 
-async def test_a_failing_handler_is_timed_too(world):
+async def test_a_failing_handler_is_timed_too(world, no_pauses):
     async def failing(deps: Deps, batch: Sequence[Claimed]) -> None:
         raise BackendUnavailable("provider down")
 

@@ -8,7 +8,7 @@ import logging
 import os
 import socket
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -97,21 +97,12 @@ class Worker:
             try:
                 await self.handlers[kind](self.deps, group)
             except (BackendUnavailable, Busy) as exc:
-                pause = next(pauses, None)
-                if pause is None:
+                if not await _paused(pauses, exc, f"{kind.value} handler for {len(group)} timers"):
                     # Still failing: tried again in 2 s (doubling), not after the 30 s backoff
                     # of other failures.
                     await self._failed(kind, group, exc, quick_backoff)
                     return
-                log.warning(
-                    "%s handler failed for %d timers (%s); running it again in %.1f s",
-                    kind.value,
-                    len(group),
-                    type(exc).__name__,
-                    pause,
-                )
                 self.stats.reruns += 1
-                await asyncio.sleep(pause)
                 group = await self._still_claimed(group)
                 if not group:
                     return
@@ -260,16 +251,8 @@ class Worker:
                         conn, timer_ids, now=self.deps.clock.now(), lease=self.deps.lease
                     )
             except (BackendUnavailable, Busy) as exc:
-                pause = next(pauses, None)
-                if pause is None:
+                if not await _paused(pauses, exc, f"claiming {len(timer_ids)} delivered timers"):
                     raise
-                log.warning(
-                    "claiming %d delivered timers failed (%s); trying again in %.1f s",
-                    len(timer_ids),
-                    type(exc).__name__,
-                    pause,
-                )
-                await asyncio.sleep(pause)
 
     async def drain(self) -> int:
         """Run batches until nothing is due; returns how many timers were claimed."""
@@ -379,6 +362,17 @@ class Worker:
             return
         lane.release()
         await deps.ack(delivered)
+
+
+async def _paused(pauses: Iterator[float], error: Exception, what: str) -> bool:
+    """After ``what`` failed on a lost connection or a busy lock: wait the next of ``pauses``
+    and say so (True), or False when none is left."""
+    pause = next(pauses, None)
+    if pause is None:
+        return False
+    log.warning("%s failed (%s); trying again in %.1f s", what, type(error).__name__, pause)
+    await asyncio.sleep(pause)
+    return True
 
 
 class Lane:
