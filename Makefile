@@ -40,8 +40,9 @@ bench-matrix: $(STAMP)
 	benchmarks/matrix.sh
 	$(BIN)/python benchmarks/redis_memory.py
 
-# The chaos soak (about 30 minutes; PostgreSQL, Redis and RabbitMQ on this machine, FLUSHALLs
-# Redis): the fleet under load and faults, the invariants checked, docs/reliability.md written.
+# The chaos soak (about 30 minutes; PostgreSQL and RabbitMQ on this machine, and a redis-server of
+# its own that it FLUSHALLs): the fleet under load and faults, the invariants checked,
+# docs/reliability.md written.
 soak: $(STAMP)
 	$(BIN)/python -m tests.soak --report docs/reliability.md
 

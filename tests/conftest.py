@@ -31,6 +31,7 @@ from dueflow.service.deps import Deps
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
 from dueflow.worker.runner import Worker
+from tests import databases
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -277,13 +278,21 @@ def eventually_sync(
 
 # --- real services -------------------------------------------------------------------------
 
+#: This run's own server databases (tests/databases.py): created as the session starts, dropped
+#: as it ends, so two checkouts can test at once.
 SERVICE_URLS = {
     "sqlite": None,
-    "postgres": os.environ.get(
-        "DUEFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-    ),
-    "mysql": os.environ.get("DUEFLOW_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
+    "postgres": databases.url("postgres"),
+    "mysql": databases.url("mysql"),
 }
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    databases.create()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    databases.drop()
 
 
 def require_service(name: str, host: str, port: int) -> None:

@@ -32,7 +32,6 @@ from dueflow.store import migrate, schema
 from dueflow.store.db import Database, async_url
 from tests.conftest import SERVICE_URLS, START, require_service
 
-DATABASE = "h4_mig"
 #: Every status a marketplace order could be in at 0008, with when it got there.
 STATUSES = [
     "pending_payment",
@@ -58,8 +57,14 @@ orders_0008 = Table(
 )
 
 
-async def _server_database(server: str, create: bool, name: str = DATABASE) -> None:
-    """Create (after dropping) or drop the test's own database ``name`` on a server."""
+def _own_name(server: str) -> str:
+    """This test's database on a server: the run's own one's name with ``_flow_mig``."""
+    return f"{make_url(server).database}_flow_mig"
+
+
+async def _server_database(server: str, create: bool) -> None:
+    """Create (after dropping) or drop the test's own database on a server."""
+    name = _own_name(server)
     engine = create_async_engine(async_url(server), isolation_level="AUTOCOMMIT")
     postgres = engine.dialect.name == "postgresql"
     quoted = f'"{name}"' if postgres else f"`{name}`"
@@ -81,7 +86,7 @@ async def _server_database(server: str, create: bool, name: str = DATABASE) -> N
     ]
 )
 async def empty_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[str]:
-    """An empty database of its own on each backend (``h4_mig`` on the servers), dropped after."""
+    """An empty database of its own on each backend (``<run>_flow_mig`` on the servers), dropped after."""
     name = request.param
     if name == "sqlite":
         yield f"sqlite:///{tmp_path / 'mig.db'}"
@@ -91,7 +96,7 @@ async def empty_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncItera
     assert base is not None
     await _server_database(base, create=True)
     try:
-        yield make_url(base).set(database=DATABASE).render_as_string(hide_password=False)
+        yield make_url(base).set(database=_own_name(base)).render_as_string(hide_password=False)
     finally:
         await _server_database(base, create=False)
 

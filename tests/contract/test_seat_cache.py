@@ -1,5 +1,6 @@
-"""The Redis seat cache and its reconciler against a real Redis (database 11, flushed before
-each test; FLUSHDB stands in for FLUSHALL, which would empty the other suites' databases too).
+"""The Redis seat cache and its reconciler against a real Redis (database 11, under a prefix of
+this run's: its keys are deleted before each test, and deleting them stands in for FLUSHALL,
+which would empty other runs' and suites' keys too).
 
 The database decides every sale: these tests make the cache lie, vanish and go away, and check
 that no seat is ever held twice, that the reconciler sets the cache right (counting what it
@@ -33,7 +34,9 @@ from dueflow.store.shows import SeatMove
 from dueflow.worker import reconciler
 from tests.conftest import World, eventually, require_service, world_on
 
-SEAT_CACHE_URL = os.environ.get("DUEFLOW_TEST_SEAT_CACHE_URL", "redis://127.0.0.1:6379/11")
+SEAT_CACHE_SERVER = os.environ.get("DUEFLOW_TEST_SEAT_CACHE_URL", "redis://127.0.0.1:6379/11")
+PREFIX = f"seats-{os.getpid()}"
+SEAT_CACHE_URL = f"{SEAT_CACHE_SERVER}?prefix={PREFIX}"
 
 redis_test = pytest.mark.redis
 
@@ -41,14 +44,21 @@ redis_test = pytest.mark.redis
 @pytest.fixture
 async def r() -> AsyncIterator[aioredis.Redis]:
     """A client on the test database, flushed first (skipped without Redis, failed in CI)."""
-    where = urlsplit(SEAT_CACHE_URL)
+    where = urlsplit(SEAT_CACHE_SERVER)
     require_service("redis", where.hostname or "127.0.0.1", where.port or 6379)
-    client = aioredis.Redis.from_url(SEAT_CACHE_URL, decode_responses=True)
-    await client.flushdb()
+    client = aioredis.Redis.from_url(SEAT_CACHE_SERVER, decode_responses=True)
+    await _lose_everything(client)
     try:
         yield client
     finally:
         await client.aclose()
+
+
+async def _lose_everything(client: aioredis.Redis) -> None:
+    """Every key of this run's cache gone, as in a FLUSHALL."""
+    keys = [key async for key in client.scan_iter(match=f"{PREFIX}:*")]
+    if keys:
+        await client.delete(*keys)
 
 
 async def _world(db_path: Path, seat_cache_url: str) -> AsyncIterator[World]:
@@ -77,7 +87,7 @@ async def unreachable(db_path: Path) -> AsyncIterator[World]:
 
 
 def _key(show_id: int) -> str:
-    return f"dueflow:seats:{show_id}"
+    return f"{PREFIX}:seats:{show_id}"
 
 
 async def _db_states(world: World, show_id: int) -> dict[str, str]:
@@ -205,7 +215,7 @@ async def test_flush_mid_sale_never_holds_a_seat_twice(cached: World, r: aioredi
     first = await cached.seats(show_id, ["A-1", "A-2"])
     assert await deps.seat_cache.states(show_id) == {"A-1": "held", "A-2": "held"}
 
-    await r.flushdb()  # Redis lost everything mid-sale
+    await _lose_everything(r)  # Redis lost everything mid-sale
     assert await deps.seat_cache.taken(show_id, ["A-1"]) is None  # it cannot say: the DB decides
     with pytest.raises(SeatUnavailable, match="A-2"):
         await cached.seats(show_id, ["A-2", "A-3"], buyer=cached.other)

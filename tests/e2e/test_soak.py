@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
-from tests.conftest import require_service
+from tests.conftest import SERVICE_URLS, require_service
 from tests.soak.chaos import FAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ def test_the_short_soak_breaks_no_promise(tmp_path: Path) -> None:
     require_service("redis", "127.0.0.1", 6379)
     require_service("rabbitmq", "127.0.0.1", 5672)
     args = [sys.executable, "-m", "tests.soak", "--short", "--workdir", str(tmp_path)]
-    args += ["--database", "soak_test"]
+    args += ["--database", f"{make_url(str(SERVICE_URLS['postgres'])).database}_soak"]
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=840)
     assert done.returncode == 0, done.stdout + done.stderr
     (results_path,) = tmp_path.glob("soak-*/results.json")

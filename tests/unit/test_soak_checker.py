@@ -34,13 +34,13 @@ from dueflow.service.deps import Deps
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
 from dueflow.worker.runner import Worker
-from tests.conftest import _reset_server_database, require_service
+from tests.conftest import SERVICE_URLS, _reset_server_database, require_service
 from tests.soak.checker import Bounds, check
 from tests.soak.run import fresh_postgres
 from tests.unit.payments.test_payment_flow import Forward
 
 BOUNDS = Bounds(scan_interval=5.0, lease=10.0, grace=2.0)
-PG_URL = "postgresql://postgres@127.0.0.1:5432/soak_checker"
+PG_URL = f"{SERVICE_URLS['postgres']}_soak_checker"
 
 
 class ReceiverNotifier(Notifier):
