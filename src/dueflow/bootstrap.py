@@ -199,6 +199,7 @@ def build(
         seat_reconcile_interval=settings.seat_reconcile_interval,
         provider_concurrency=settings.provider_concurrency,
         worker_batches=settings.worker_batches,
+        timer_max_attempts=settings.timer_max_attempts,
     )
 
 

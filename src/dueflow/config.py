@@ -31,6 +31,7 @@ from pydantic_settings import (
 )
 
 from dueflow.domain import deadlines
+from dueflow.domain.timers import MAX_ATTEMPTS
 from dueflow.exceptions import ConfigError
 
 
@@ -104,6 +105,8 @@ class Settings(BaseSettings):
     #: Claimed batches one worker runs at once: a batch waiting on a provider does not hold
     #: up the next one.
     worker_batches: int = Field(default=4, ge=1, le=64)
+    #: Attempts after which a timer whose handler keeps failing is parked for an operator.
+    timer_max_attempts: int = Field(default=MAX_ATTEMPTS, ge=1, le=1000)
 
     #: Where providers reach dueflow's notify routes (``{public_url}/notify/alipay`` ...).
     public_url: str = "http://127.0.0.1:8000"

@@ -24,17 +24,23 @@ class TimerKind(StrEnum):
 
 
 class TimerState(StrEnum):
-    """A timer's life: scheduled -> claimed (with a lease) -> done | cancelled; failures go back."""
+    """A timer's life: scheduled -> claimed (with a lease) -> done | cancelled; failures go back
+    to scheduled, and past the last attempt to parked, where an operator runs it again."""
 
     SCHEDULED = "scheduled"
     CLAIMED = "claimed"
     DONE = "done"
     CANCELLED = "cancelled"
+    #: Its handler failed on it ``max_attempts`` times: no worker takes it again until an
+    #: operator runs it again (dashboard, alert, ``dueflow timers run-again``).
+    PARKED = "parked"
 
 
 BACKOFF_FIRST = timedelta(seconds=30)
 BACKOFF_CAP = timedelta(minutes=10)
 STUCK_AFTER_ATTEMPTS = 5
+#: Attempts after which a timer whose handler keeps failing is parked (``DUEFLOW_TIMER_MAX_ATTEMPTS``).
+MAX_ATTEMPTS = 20
 
 
 def backoff(attempts: int) -> timedelta:
@@ -71,3 +77,8 @@ def quick_backoff(attempts: int) -> timedelta:
 def is_stuck(attempts: int) -> bool:
     """A timer that failed this many times is flagged for operators (and still retried)."""
     return attempts >= STUCK_AFTER_ATTEMPTS
+
+
+def is_parked(attempts: int, max_attempts: int) -> bool:
+    """A timer whose handler failed on its ``attempts``-th try is parked rather than retried."""
+    return attempts >= max_attempts

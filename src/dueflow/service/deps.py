@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from dueflow.clock import Clock
 from dueflow.domain.deadlines import DeadlinePolicy
+from dueflow.domain.timers import MAX_ATTEMPTS
 from dueflow.locks import Locks, NoLocks
 from dueflow.metrics import Metrics
 from dueflow.notifiers.base import Notifier
@@ -45,6 +46,8 @@ class Deps:
     seat_reconcile_interval: timedelta = timedelta(seconds=60)
     provider_concurrency: int = 32
     worker_batches: int = 4
+    #: A timer whose handler failed this many times is parked (see ``TimerState.PARKED``).
+    timer_max_attempts: int = MAX_ATTEMPTS
     trigger_errors: int = 0
     metrics: Metrics = field(default_factory=Metrics)
 

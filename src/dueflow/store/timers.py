@@ -2,7 +2,8 @@
 
 A timer is scheduled in the same transaction as the order change that needs it, claimed with a
 lease and a claim token when due, and finished (done, with its outcome) in the same transaction as
-the order transition it causes. Failures go back to scheduled with a backoff.
+the order transition it causes. Failures go back to scheduled with a backoff; past the last
+attempt they are parked until an operator runs them again.
 """
 
 from __future__ import annotations
@@ -148,8 +149,9 @@ async def cancel_for_orders(
     kinds: Iterable[TimerKind] | None = None,
     reason: str = "order moved on",
 ) -> int:
-    """Cancel the scheduled timers of these orders (claimed ones finish and see the order
-    moved). By default only the order-life kinds: a refund's check outlives every move."""
+    """Cancel the scheduled and parked timers of these orders (claimed ones finish and see the
+    order moved; a parked one is obsolete). By default only the order-life kinds: a refund's
+    check outlives every move."""
     if not order_ids:
         return 0
     kinds = ORDER_LIFE_KINDS if kinds is None else kinds
@@ -157,7 +159,7 @@ async def cancel_for_orders(
         tally.among(conn, timers.c.order_id, order_ids),
         # By the orders' (order_id, kind) index, never the live-timers one: SQLite's planner
         # otherwise walks every scheduled timer for each pay or cancel.
-        _in_state(TimerState.SCHEDULED),
+        func.coalesce(timers.c.state, "").in_(_WAITING),
         timers.c.kind.in_([k.value for k in kinds]),
     ]
     result = await conn.execute(
@@ -199,6 +201,10 @@ async def schedule_for_orders(
         tally.among(conn, timers.c.order_id, order_ids), timers.c.kind == kind.value
     )
     return [Armed(id=timer_id, due_at=due_at) for timer_id in (await conn.execute(query)).scalars()]
+
+
+#: The states an order move cancels and an operator's "run again" revives.
+_WAITING = (TimerState.SCHEDULED.value, TimerState.PARKED.value)
 
 
 def _claimable(now: datetime) -> Any:
@@ -403,6 +409,33 @@ async def retry(
     return changed
 
 
+async def park(
+    conn: AsyncConnection, claimed: Sequence[Claimed], *, error: str, now: datetime
+) -> int:
+    """Park claimed timers whose handler failed on their last allowed attempt: no worker takes
+    them again until :func:`run_now`. Returns how many were parked (still ours to park)."""
+    parked = 0
+    for token, ids in _by_token(claimed):
+        result = await conn.execute(
+            update(timers)
+            .where(
+                tally.among(conn, timers.c.id, ids),
+                timers.c.claim_token == token,
+                _in_state(TimerState.CLAIMED),
+            )
+            .values(
+                state=TimerState.PARKED.value,
+                outcome="parked: its handler failed on every attempt",
+                last_error=error[:2000],
+                done_at=now,
+                lease_until=None,
+                claim_token=None,
+            )
+        )
+        parked += int(result.rowcount)
+    return parked
+
+
 def _by_token(claimed: Sequence[Claimed]) -> list[tuple[str, list[int]]]:
     """The claims' ids grouped by the claim token they are held under."""
     groups: dict[str, list[int]] = defaultdict(list)
@@ -588,14 +621,16 @@ async def rearm(conn: AsyncConnection, timer: Claimed, *, due_at: datetime) -> i
 async def schedule_again(
     conn: AsyncConnection, order_id: int, kind: TimerKind, due_at: datetime, now: datetime
 ) -> list[Armed]:
-    """Make sure the order's ``kind`` timer is scheduled: a finished one is scheduled again at
-    ``due_at``, a missing one is created, a live one is left as it is."""
+    """Make sure the order's ``kind`` timer is scheduled: a finished or parked one is scheduled
+    again at ``due_at``, a missing one is created, a live one is left as it is."""
     result = await conn.execute(
         update(timers)
         .where(
             timers.c.order_id == order_id,
             timers.c.kind == kind.value,
-            timers.c.state.in_([TimerState.DONE.value, TimerState.CANCELLED.value]),
+            timers.c.state.in_(
+                [TimerState.DONE.value, TimerState.CANCELLED.value, TimerState.PARKED.value]
+            ),
         )
         .values(
             state=TimerState.SCHEDULED.value,
@@ -624,17 +659,19 @@ async def _of_kind(conn: AsyncConnection, order_id: int, kind: TimerKind) -> lis
 
 async def run_now(conn: AsyncConnection, timer_id: int, *, now: datetime) -> Armed | None:
     """Make a scheduled timer whose deadline has passed (overdue, or waiting out a backoff,
-    or stuck) due now and clear its stuck flag; None when it is not scheduled (claimed by a
-    worker, done or cancelled) or its deadline is still ahead. Its attempts are kept, so a
-    timer that fails again is flagged stuck again at once."""
+    or stuck), or a parked one, due now and clear its stuck flag; None when it is neither
+    (claimed by a worker, done or cancelled) or its deadline is still ahead. Its attempts are
+    kept, so a timer that fails again is flagged stuck (or parked) again at once."""
     result = await conn.execute(
         update(timers)
         .where(
             timers.c.id == timer_id,
-            timers.c.state == TimerState.SCHEDULED.value,
+            timers.c.state.in_(_WAITING),
             timers.c.deadline_at <= now,
         )
-        .values(due_at=now, stuck=False)
+        .values(
+            state=TimerState.SCHEDULED.value, due_at=now, stuck=False, outcome=None, done_at=None
+        )
     )
     return Armed(id=timer_id, due_at=now) if result.rowcount else None
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from dueflow.domain.timers import TimerKind, backoff, quick_backoff
+from dueflow.domain.timers import TimerKind, backoff, is_parked, quick_backoff
 from dueflow.exceptions import BackendUnavailable, Busy
 from dueflow.service.deps import Deps
 from dueflow.service.timeouts import HANDLERS, Handler
@@ -48,6 +48,10 @@ class Stats:
     renewals: int = 0
     #: Times a handler ran again in place after a lost connection or a busy lock.
     reruns: int = 0
+    #: Times a failed group was split in halves to find the timers that fail on their own.
+    splits: int = 0
+    #: Timers parked after their last attempt failed.
+    parked: int = 0
     by_kind: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
@@ -65,8 +69,9 @@ class Worker:
 
     async def run_batch(self, claimed: Sequence[Claimed]) -> None:
         """Run the handlers for a claimed batch, each kind alongside the others (a kind waiting
-        on a provider holds up no other kind); a failing handler puts its timers back with
-        backoff and the error, and the rest of the batch goes on. While the batch runs, its
+        on a provider holds up no other kind); a failing handler's share is split until the
+        timers that fail on their own are found (:meth:`_isolate`): those go back with backoff
+        and the error, and the rest of the batch goes on. While the batch runs, its
         claims are kept (:meth:`_holding`), so no lease runs out under work in hand."""
         by_kind: dict[TimerKind, list[Claimed]] = defaultdict(list)
         for timer in claimed:
@@ -91,52 +96,87 @@ class Worker:
 
     async def _run_handler(self, kind: TimerKind, group: Sequence[Claimed]) -> None:
         """Run the kind's handler on ``group``; a lost connection or a busy lock runs it again
-        in place (:data:`RERUN_PAUSES`) on the timers still claimed; what still fails goes back."""
+        in place (:data:`RERUN_PAUSES`) on the timers still claimed; what still fails is
+        isolated (:meth:`_isolate`)."""
         pauses = iter(RERUN_PAUSES)
         while True:
             try:
                 await self.handlers[kind](self.deps, group)
             except (BackendUnavailable, Busy) as exc:
                 if not await _paused(pauses, exc, f"{kind.value} handler for {len(group)} timers"):
-                    # Still failing: tried again in 2 s (doubling), not after the 30 s backoff
-                    # of other failures.
-                    await self._failed(kind, group, exc, quick_backoff)
+                    await self._isolate(kind, group, exc)
                     return
                 self.stats.reruns += 1
                 group = await self._still_claimed(group)
                 if not group:
                     return
             except Exception as exc:
-                await self._failed(kind, group, exc, backoff)
+                await self._isolate(kind, group, exc)
                 return
             else:
                 self.deps.metrics.fired.labels(kind.value, "ran").inc(len(group))
                 return
 
-    async def _failed(
-        self,
-        kind: TimerKind,
-        group: Sequence[Claimed],
-        exc: Exception,
-        delay: Callable[[int], timedelta],
-    ) -> None:
-        """Count a handler's failure and hand its timers back, due again after ``delay``."""
+    async def _isolate(self, kind: TimerKind, group: Sequence[Claimed], exc: Exception) -> None:
+        """After the handler failed on ``group``: run each half of the timers still claimed
+        again, and so on down to the timers that fail on their own, which alone go back
+        (:meth:`_failed`). One order the handler cannot act on (a trigger refusing its update,
+        a row a bug trips on) thus holds up no other order of the batch: handed back together
+        they were due again together and failed together, for good. Each half runs once,
+        without reruns in place; if the database cannot even say which timers are still
+        claimed (it is down, not refusing one order), the whole group goes back at once."""
+        if len(group) > 1:
+            held = await self._claims_held(group)
+            if held is None:
+                await self._failed(kind, group, exc)
+                return
+            group = held
+        if len(group) <= 1:
+            if group:
+                await self._failed(kind, group, exc)
+            return
+        self.stats.splits += 1
+        log.warning(
+            "%s handler failed for %d timers (%s); running each half again",
+            kind.value,
+            len(group),
+            type(exc).__name__,
+        )
+        middle = len(group) // 2
+        for half in (group[:middle], group[middle:]):
+            try:
+                await self.handlers[kind](self.deps, half)
+            except Exception as again:
+                await self._isolate(kind, half, again)
+            else:
+                self.deps.metrics.fired.labels(kind.value, "ran").inc(len(half))
+
+    async def _failed(self, kind: TimerKind, group: Sequence[Claimed], exc: Exception) -> None:
+        """Count a handler's failure and hand its timers back: due again after the backoff (2 s
+        doubling after a lost connection or a busy lock, not the 30 s of other failures), or
+        parked on their last attempt (``timer_max_attempts``)."""
         self.stats.failed_batches += 1
         self.deps.metrics.fired.labels(kind.value, "failed").inc(len(group))
         log.error("%s handler failed for %d timers", kind.value, len(group), exc_info=exc)
-        await self._give_back(group, f"{type(exc).__name__}: {exc}", delay)
+        delay = quick_backoff if isinstance(exc, BackendUnavailable | Busy) else backoff
+        await self._give_back(kind, group, f"{type(exc).__name__}: {exc}", delay)
 
     async def _still_claimed(self, group: Sequence[Claimed]) -> list[Claimed]:
         """The timers of ``group`` still claimed under their token: a failing handler may have
         finished some in a transaction that committed before the failure, and those must not
         run twice. If even that read fails, every timer is kept: the give-back that follows
         another failure is guarded by the token too."""
+        held = await self._claims_held(group)
+        return list(group) if held is None else held
+
+    async def _claims_held(self, group: Sequence[Claimed]) -> list[Claimed] | None:
+        """:meth:`_still_claimed`, or None when the database could not say."""
         try:
             async with self.deps.db.read() as conn:
                 return await timers.still_claimed(conn, group)
         except Exception:
             log.exception("could not read which of %d timers are still claimed", len(group))
-            return list(group)
+            return None
 
     @contextlib.asynccontextmanager
     async def _holding(self, claimed: Sequence[Claimed]) -> AsyncIterator[None]:
@@ -189,15 +229,42 @@ class Worker:
         await self.deps.arm(again)
 
     async def _give_back(
-        self, group: Sequence[Claimed], error: str, delay: Callable[[int], timedelta]
+        self,
+        kind: TimerKind,
+        group: Sequence[Claimed],
+        error: str,
+        delay: Callable[[int], timedelta],
     ) -> None:
+        """Hand failed timers back after ``delay``, those on their last attempt parked."""
+        last = self.deps.timer_max_attempts
+        parking = [t for t in group if is_parked(t.attempts, last)]
+        again = [t for t in group if not is_parked(t.attempts, last)]
         try:
             async with self.deps.db.write() as conn:
                 now = self.deps.clock.now()
-                await timers.retry(conn, group, error=error, now=now, delay=delay)
+                await timers.retry(conn, again, error=error, now=now, delay=delay)
+                parked = await timers.park(conn, parking, error=error, now=now)
         except Exception:
             # The lease expires and the scanner takes the timers back.
             log.exception("could not hand back %d timers; their lease will expire", len(group))
+            return
+        if parked:
+            self.stats.parked += parked
+            self.deps.metrics.fired.labels(kind.value, "parked").inc(parked)
+            for timer in parking:
+                # Never parked silently: an error line per timer, beside the dashboard's list,
+                # the dueflow_timers_parked gauge and its alert.
+                log.error(
+                    "%s timer %d of order %d parked after %d failed attempts: %s; run it "
+                    "again once the cause is fixed (dueflow timers run-again %d)",
+                    kind.value,
+                    timer.id,
+                    timer.order_id,
+                    timer.attempts,
+                    error,
+                    timer.id,
+                    extra={"order_id": timer.order_id, "timer_id": timer.id},
+                )
 
     async def run_once(self) -> int:
         """Claim one batch of due timers and run it; returns how many were claimed."""
