@@ -40,6 +40,8 @@ app.add_typer(goods_app, name="goods")
 app.add_typer(orders_app, name="orders")
 app.add_typer(payments_app, name="payments")
 app.add_typer(refunds_app, name="refunds")
+timers_app = typer.Typer(no_args_is_help=True, help="Run timers again.")
+app.add_typer(timers_app, name="timers")
 
 out = Console()
 err = Console(stderr=True)
@@ -346,6 +348,17 @@ def refunds_settle_offline(
         _with_deps(_settings(), lambda d: refunds.settle_offline(d, refund_id, reference=reference))
     )
     out.print(f"refund {refund_id} {state}")
+
+
+@timers_app.command("run-again")
+def timers_run_again(timer_id: int) -> None:
+    """Run a parked timer again once its cause is fixed (or one past its deadline, now)."""
+    from dueflow.service import operations
+
+    timer = _run(
+        _with_deps(_settings(), lambda d: operations.run_timer_now(d, timer_id, actor="cli"))
+    )
+    out.print(f"timer {timer_id} {timer['state']}, due now: a worker runs it within a second")
 
 
 @app.command()

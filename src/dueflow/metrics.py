@@ -67,6 +67,11 @@ class Metrics:
             "dueflow_timers_overdue", "Live timers past due by the grace.", registry=r
         )
         self.stuck = Gauge("dueflow_timers_stuck", "Live timers flagged stuck.", registry=r)
+        self.parked = Gauge(
+            "dueflow_timers_parked",
+            "Timers parked after their last attempt failed; they wait for an operator.",
+            registry=r,
+        )
         self.discrepancies = Gauge("dueflow_discrepancies", "Recorded discrepancies.", registry=r)
         self.refunds = Gauge("dueflow_refunds", "Refunds by state.", ["state"], registry=r)
         self.orders = Gauge("dueflow_orders", "Orders by status.", ["status"], registry=r)
@@ -178,6 +183,7 @@ class Metrics:
         """Set the gauges read from the database (each scrape takes a fresh snapshot)."""
         self.overdue.set(snapshot.overdue)
         self.stuck.set(snapshot.stuck)
+        self.parked.set(snapshot.timers.get("parked", 0))
         self.discrepancies.set(snapshot.discrepancies)
         # A state or status left by its last refund or order is dropped, not kept at its count.
         self.refunds.clear()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +147,29 @@ def test_simulator_serves_its_keys_and_an_alipay_gateway(cli, tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(timeout=20) in (0, -15)
+
+
+def test_timers_run_again_revives_a_parked_timer(cli, tmp_path):
+    assert cli("users", "add", "sam").returncode == 0
+    assert cli("users", "add", "bea").returncode == 0
+    assert cli("goods", "add", "--seller", "sam", "--title", "cam", "--price", "1").returncode == 0
+    assert cli("orders", "place", "1", "--buyer", "bea").returncode == 0
+    with sqlite3.connect(tmp_path / "cli.db") as db:
+        # As the worker leaves a timer whose handler failed on its last attempt.
+        db.execute(
+            "UPDATE timers SET state = 'parked', deadline_at = created_at, due_at = created_at,"
+            " attempts = 20, outcome = 'parked', done_at = created_at"
+            " WHERE kind = 'cancel_unpaid'"
+        )
+        (timer_id,) = db.execute("SELECT id FROM timers WHERE state = 'parked'").fetchone()
+    again = cli("timers", "run-again", str(timer_id))
+    assert again.returncode == 0, again.stderr
+    assert f"timer {timer_id} scheduled, due now" in again.stdout
+    with sqlite3.connect(tmp_path / "cli.db") as db:
+        row = db.execute(
+            "SELECT state, outcome, done_at, attempts FROM timers WHERE id = ?", (timer_id,)
+        ).fetchone()
+    assert row == ("scheduled", None, None, 20)
+    missing = cli("timers", "run-again", "999")
+    assert missing.returncode == 2
+    assert "no timer 999" in missing.stderr

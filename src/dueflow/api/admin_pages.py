@@ -285,6 +285,7 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
             lateness=await operations.lateness(deps),
             overdue=await operations.overdue_timers(deps, 20),
             stuck=await operations.timers_in_state(deps, "stuck", 20),
+            parked=await operations.timers_in_state(deps, "parked", 20),
             discrepancies=await operations.discrepancies(deps, 10),
             invariants=await report.check_invariants(deps),
             events=await events.delivery_status(deps),

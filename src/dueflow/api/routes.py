@@ -403,7 +403,7 @@ def _admin(deps: Deps) -> APIRouter:
 
     @routes.get("/timers", response_model=list[out.TimerView], responses=errors(422))
     async def timers(
-        state: Literal["stuck", "scheduled", "claimed", "done", "cancelled"] = "stuck",
+        state: Literal["stuck", "scheduled", "claimed", "done", "cancelled", "parked"] = "stuck",
         limit: Limit = 100,
     ) -> JSONResponse:
         """Timers in one state; ``stuck`` means live timers flagged stuck."""
@@ -415,7 +415,8 @@ def _admin(deps: Deps) -> APIRouter:
         responses=errors(404, 409, 422),
     )
     async def run_now(timer_id: Id, request: Request) -> JSONResponse:
-        """Make a waiting or stuck timer due now (409 when a worker holds it or it is over)."""
+        """Make a waiting, stuck or parked timer due now (409 when a worker holds it or it is
+        over)."""
         actor = f"user:{auth.caller(request).id}"
         return answer(await operations.run_timer_now(deps, timer_id, actor=actor))
 
