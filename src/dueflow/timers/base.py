@@ -28,6 +28,8 @@ class Trigger(ABC):
     #: Told the operation each time the trigger handles an error of its backend itself
     #: (:meth:`wait` logs and pauses); :meth:`count_errors` sets it.
     _error_counter: Callable[[str], None] | None = None
+    #: Told when the trigger sees it may lack timers; :meth:`watch_lost` sets it.
+    _lost_hook: Callable[[], None] | None = None
 
     @classmethod
     @abstractmethod
@@ -66,12 +68,25 @@ class Trigger(ABC):
         await self.armed(timers)
 
     async def lost(self) -> bool:
-        """Whether the backend has lost what it was fed (a Redis flushed, or restarted without
-        its data) since this was last asked, by any process: the feeder then feeds every
-        scheduled timer within the horizon again at once, rather than leave them to the
-        scanner. Never raises: False when it cannot tell (a trigger that cannot tell at all
-        recovers by the feeder's periodic full feed)."""
+        """Whether the backend may lack timers it should hold since this was last asked: it
+        lost what it was fed (a Redis flushed, or restarted without its data: told to whichever
+        process asks first), or it failed this process (arming may have failed meanwhile). The
+        feeder then feeds every scheduled timer within the horizon again at once, rather than
+        leave them to the scanner. Never raises: False when it cannot tell (a trigger that
+        cannot tell at all recovers by the feeder's periodic full feed)."""
         return False
+
+    def watch_lost(self, hook: Callable[[], None]) -> None:
+        """Have ``hook()`` called as soon as the trigger sees that :meth:`lost` would say True
+        (its backend answers again after failing, or a claim finds what it was fed gone), so
+        the feeder asks at once, not at its next pass. A trigger that cannot see it never
+        calls it."""
+        self._lost_hook = hook
+
+    def _seen_lost(self) -> None:
+        """Backends call this where they see they may lack timers (for the feeder)."""
+        if self._lost_hook is not None:
+            self._lost_hook()
 
     def count_errors(self, counter: Callable[[str], None]) -> None:
         """Have ``counter(operation)`` called for each error the trigger handles itself."""

@@ -14,7 +14,8 @@ Keys (``prefix`` defaults to ``dueflow``):
     new, possibly earlier, timer arrives.
 ``{prefix}:fed``
     a marker the feeders set once: found missing, Redis has lost what it was fed since
-    (:meth:`RedisTrigger.lost`), and the feeder that found it so feeds every timer again.
+    (:meth:`RedisTrigger.lost`), and the feeder that found it so feeds every timer again. Every
+    claim looks for it too, so a restart or flush is seen within a claim, not a feeder pass.
 ``{prefix}:wake:{random}``
     one per trigger instance, blocked on together with the shared list: the instance pushes a
     marker to it to end its own BLPOP early (its clock says the head is due before Redis's
@@ -71,7 +72,8 @@ ERROR_PAUSE = timedelta(seconds=1)
 #: Errors that mean "Redis is not answering".
 REDIS_ERRORS = (RedisError, OSError)
 
-#: KEYS: due, processing, wake, the instance's own wake list. ARGV: now (ms), limit, lease expiry (ms).
+#: KEYS: due, processing, wake, the instance's own wake list, fed. ARGV: now (ms), limit, lease
+#: expiry (ms). Returns {1 if the fed marker is there else 0, ids}.
 #: 1. Up to ``limit`` ids whose lease ran out go back to ``due`` (NX: an id armed again since
 #:    keeps its newer score), due now.
 #: 2. Up to ``limit`` ids due at ``now`` leave ``due`` for ``processing``, scored by the lease.
@@ -79,8 +81,9 @@ REDIS_ERRORS = (RedisError, OSError)
 #:    was blocked to pop it, and this script has just seen what it announced), and so are the
 #:    caller's own, so they go; otherwise the caller's next BLPOP would return at once for
 #:    nothing.
+#: 4. Whether the fed marker is still there: gone, Redis lost what it was fed.
 CLAIM_SCRIPT = """
-local due, processing, wake, poke = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local due, processing, wake, poke, fed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local lease_until = tonumber(ARGV[3])
@@ -97,7 +100,7 @@ end
 if #ids == 0 then
   redis.call('DEL', wake, poke)
 end
-return ids
+return {redis.call('EXISTS', fed), ids}
 """
 
 
@@ -161,6 +164,9 @@ class RedisTrigger(Trigger):
         self.poke_key = f"{prefix}:wake:{uuid.uuid4().hex}"
         #: Redis errors ``wait`` has swallowed (the scanner covered for them).
         self.errors = 0
+        #: Redis failed this instance since :meth:`lost` was last answered: timers armed
+        #: meanwhile may be missing, so the next answer is True.
+        self._failed = False
         self._client: Redis | None = None
         self._claim: AsyncScript | None = None
         self._wake: asyncio.Event | None = None
@@ -234,29 +240,39 @@ class RedisTrigger(Trigger):
                 pipe.ltrim(self.wake_key, 0, WAKE_MARKERS - 1)
                 await pipe.execute()
         except REDIS_ERRORS as exc:
+            self._failed = True
             raise BackendUnavailable(f"redis trigger cannot arm timers: {exc}") from exc
 
     async def lost(self) -> bool:
         """True when the ``fed`` marker was missing (and is now set): Redis lost its keys since
-        any feeder last asked, or this is the first ask. Redis trouble: False (the scanner
+        any feeder last asked, or this is the first ask; or when Redis failed this instance
+        since its last answer (an arm may have failed). Redis trouble: False (the scanner
         covers due timers meanwhile; the next ask after Redis is back tells)."""
         try:
-            return bool(await self._redis().set(self.fed_key, "1", nx=True))
+            fresh = bool(await self._redis().set(self.fed_key, "1", nx=True))
         except REDIS_ERRORS as exc:
+            self._failed = True
             self.errors += 1
             self._handled_error("lost")
             log.warning("redis trigger cannot tell whether it lost its timers (%s)", exc)
             return False
+        failed, self._failed = self._failed, False
+        return fresh or failed
 
     # -- delivering ---------------------------------------------------------------------------
 
     async def claim(self, now: datetime) -> list[int]:
-        """Run the claim script once: up to ``batch`` due ids, now leased to the caller."""
-        result = await self._script()(
-            keys=[self.due_key, self.processing_key, self.wake_key, self.poke_key],
+        """Run the claim script once: up to ``batch`` due ids, now leased to the caller. The
+        ``fed`` marker gone, or Redis answering again after failing this instance, tells the
+        feeder at once (:meth:`~dueflow.timers.base.Trigger.watch_lost`): the timers due
+        before its next pass would wait for the scanner."""
+        fed, ids = await self._script()(
+            keys=[self.due_key, self.processing_key, self.wake_key, self.poke_key, self.fed_key],
             args=[to_ms(now), self.batch, to_ms(now + self.lease)],
         )
-        return [int(member) for member in result]
+        if not fed or self._failed:
+            self._seen_lost()
+        return [int(member) for member in ids]
 
     async def next_at(self) -> datetime | None:
         """When the next claim could take something: the earliest due time or lease expiry."""
@@ -286,6 +302,7 @@ class RedisTrigger(Trigger):
                 return []
             return await self.claim(clock.now())
         except REDIS_ERRORS as exc:
+            self._failed = True
             self.errors += 1
             self._handled_error("wait")
             log.warning("redis trigger unavailable (%s); the scanner covers due timers", exc)
