@@ -9,6 +9,9 @@ The kinds (those that apply to the leg's fleet):
   the load generator goes to the other one meanwhile.
 * ``flushall_redis``: FLUSHALL: the Redis trigger's schedule, the locks and the seat cache are
   gone at once.
+* ``restart_redis``: the leg's own ``redis-server`` is shut down without saving
+  (``SHUTDOWN NOSAVE``) and started again on its port :data:`REDIS_DOWN` seconds later, empty:
+  the trigger's schedule is lost and every process's Redis calls fail meanwhile.
 * ``purge_rabbitmq``: every queue of the RabbitMQ trigger is purged.
 * ``terminate_db_connections``: ``pg_terminate_backend`` on every connection of the leg's
   database.
@@ -21,6 +24,7 @@ The kinds (those that apply to the leg's fleet):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import signal
 from collections.abc import Awaitable, Callable
@@ -32,6 +36,8 @@ from urllib.parse import urlsplit
 from tests.soak.fleet import Fleet, Proc
 
 Fault = Callable[["Chaos"], Awaitable[str]]
+#: Seconds a restarted Redis stays down (the review's reproduction: 3 s).
+REDIS_DOWN = 3.0
 
 
 @dataclass
@@ -55,6 +61,8 @@ class Chaos:
             kinds += ["sigstop_worker"]  # the one process is the worker
         if config.redis_url or config.trigger_url.startswith("redis"):
             kinds.append("flushall_redis")
+        if self.fleet.redis is not None:
+            kinds.append("restart_redis")
         if config.trigger_url.startswith("amqp"):
             kinds.append("purge_rabbitmq")
         if config.database_url.startswith("postgresql"):
@@ -139,7 +147,7 @@ async def flushall_redis(chaos: Chaos) -> str:
     import redis.asyncio as aioredis
 
     config = chaos.fleet.config
-    url = config.redis_url or config.trigger_url
+    url = chaos.fleet.on_own_redis(config.redis_url or config.trigger_url)
     parts = urlsplit(url)
     client = aioredis.Redis(
         host=parts.hostname or "127.0.0.1",
@@ -152,6 +160,31 @@ async def flushall_redis(chaos: Chaos) -> str:
     finally:
         await client.aclose()
     return f"FLUSHALL ({keys} keys in the leg's database {parts.path.strip('/') or 0})"
+
+
+async def restart_redis(chaos: Chaos) -> str:
+    """``SHUTDOWN NOSAVE`` the leg's own ``redis-server``; start it again on its port after
+    :data:`REDIS_DOWN` seconds, empty."""
+    import redis.asyncio as aioredis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    server = chaos.fleet.redis
+    assert server is not None and server.popen is not None
+    pid = server.pid
+    client = aioredis.Redis(port=chaos.fleet.redis_port)
+    try:
+        keys = await client.dbsize()
+        with contextlib.suppress(RedisConnectionError):  # closed by the server going down
+            await client.shutdown(nosave=True)
+    finally:
+        await client.aclose()
+    await asyncio.to_thread(server.popen.wait, 30)
+    await asyncio.sleep(REDIS_DOWN)
+    await asyncio.to_thread(server.start)
+    return (
+        f"redis-server pid {pid} shut down without saving ({keys} keys), down "
+        f"{REDIS_DOWN:.0f} s, restarted empty as pid {server.pid}"
+    )
 
 
 async def purge_rabbitmq(chaos: Chaos) -> str:
@@ -214,6 +247,7 @@ FAULTS: dict[str, Fault] = {
     "sigkill_worker": sigkill_worker,
     "restart_api": restart_api,
     "flushall_redis": flushall_redis,
+    "restart_redis": restart_redis,
     "purge_rabbitmq": purge_rabbitmq,
     "terminate_db_connections": terminate_db_connections,
     "sigstop_worker": sigstop_worker,

@@ -5,7 +5,9 @@ A leg runs the payment simulator (``dueflow simulator``, its own process so that
 survive every API restart), ``api`` API processes (``dueflow serve --no-worker``, each on its
 own port, as behind a load balancer) and ``workers`` worker processes (``dueflow worker``), one
 of them with its wall clock ``fast_clock`` seconds ahead through Debian's libfaketime. On SQLite
-the leg is one ``dueflow serve`` with its worker inside, as SQLite is served.
+the leg is one ``dueflow serve`` with its worker inside, as SQLite is served. A leg with
+``own_redis`` runs a ``redis-server`` of its own (no persistence) for its trigger, locks and seat
+cache, so the chaos can restart it (never the shared one).
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import redis
 
 from tests.conftest import eventually_sync
 from tests.e2e.live import DUEFLOW, answers, free_port
@@ -138,6 +142,9 @@ class LegConfig:
     fast_clock: int = 30
     #: The durations and intervals, as dueflow settings (``DUEFLOW_`` names).
     settings: Mapping[str, str] = field(default_factory=dict)
+    #: Run a ``redis-server`` of the leg's own (no persistence) in place of the host and port
+    #: of ``trigger_url`` and ``redis_url``: the chaos may restart it.
+    own_redis: bool = False
 
     @property
     def sqlite(self) -> bool:
@@ -156,6 +163,17 @@ def start_all(procs: list[Proc]) -> None:
 def clean_env() -> dict[str, str]:
     """This process's environment without any DUEFLOW_ setting."""
     return {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
+
+
+def _pings(port: int) -> bool:
+    """A Redis on ``port`` answers PING."""
+    client = redis.Redis(port=port, socket_connect_timeout=0.5)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
 
 
 def _said(pattern: str) -> Callable[[Proc], bool]:
@@ -177,6 +195,9 @@ class Fleet:
         self.workdir = workdir
         self.notify_base = notify_base
         self.sim: Proc | None = None
+        #: The leg's own ``redis-server`` (``own_redis``), on ``redis_port``.
+        self.redis: Proc | None = None
+        self.redis_port = 0
         self.apis: list[Proc] = []
         self.workers: list[Proc] = []
         self.ports: list[int] = []
@@ -195,7 +216,7 @@ class Fleet:
         env.update(
             {
                 "DUEFLOW_DATABASE_URL": self.config.database_url,
-                "DUEFLOW_TRIGGER_URL": self.config.trigger_url,
+                "DUEFLOW_TRIGGER_URL": self.on_own_redis(self.config.trigger_url),
                 "DUEFLOW_NOTIFIER": "webhook",
                 "DUEFLOW_NOTIFIER_URL": f"{self.notify_base}/notice",
                 "DUEFLOW_EVENTS_WEBHOOK_URL": f"{self.notify_base}/events",
@@ -206,13 +227,38 @@ class Fleet:
             }
         )
         if self.config.redis_url:
-            env["DUEFLOW_LOCKS_URL"] = self.config.redis_url
-            env["DUEFLOW_SEAT_CACHE_URL"] = self.config.redis_url
+            env["DUEFLOW_LOCKS_URL"] = self.on_own_redis(self.config.redis_url)
+            env["DUEFLOW_SEAT_CACHE_URL"] = self.on_own_redis(self.config.redis_url)
         env.update(self._keys)
         return env
 
+    def on_own_redis(self, url: str) -> str:
+        """``url`` pointed at the leg's own ``redis-server`` when it has one (a ``redis://``
+        URL only)."""
+        if not (self.config.own_redis and url.startswith("redis")):
+            return url
+        return urlunsplit(urlsplit(url)._replace(netloc=f"127.0.0.1:{self.redis_port}"))
+
+    def start_redis(self) -> None:
+        """The leg's own ``redis-server``: nothing on disk, so a restart loses every key."""
+        self.redis_port = free_port()
+        self.redis = Proc(
+            "redis",
+            [
+                *("redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no"),
+            ],
+            clean_env(),
+            self.workdir / "redis.log",
+            ready=lambda proc: _pings(self.redis_port),
+        )
+        self.redis.start()
+
     def start(self) -> None:
-        """The simulator, the schema and an admin, the API processes, the workers."""
+        """The leg's own Redis, the simulator, the schema and an admin, the API processes, the
+        workers."""
+        if self.config.own_redis:
+            self.start_redis()
         sim_port = free_port()
         self.sim_url = f"http://127.0.0.1:{sim_port}"
         self.sim = Proc(
@@ -293,6 +339,8 @@ class Fleet:
 
     def heal(self) -> None:
         """Resume what is frozen and start what is dead (the end of the chaos)."""
+        if self.redis is not None and not self.redis.alive:
+            self.redis.start()
         for proc in self.processes():
             proc.signal(signal.SIGCONT)
             if not proc.alive:
@@ -303,4 +351,6 @@ class Fleet:
         codes = {proc.name: proc.stop() for proc in [*self.workers, *self.apis]}
         if self.sim is not None:
             codes[self.sim.name] = self.sim.stop()
+        if self.redis is not None:
+            codes[self.redis.name] = self.redis.stop()
         return codes

@@ -32,6 +32,7 @@ _FAULT_STYLES = {
     "sigkill_worker": ("#b2182b", "solid"),
     "restart_api": ("#2166ac", "dashdot"),
     "flushall_redis": ("#762a83", (0, (5, 2))),
+    "restart_redis": ("#762a83", "solid"),
     "purge_rabbitmq": ("#8c510a", (0, (5, 2))),
     "terminate_db_connections": ("#e08214", "dotted"),
     "sigstop_worker": ("#01665e", (0, (3, 1, 1, 1, 1, 1))),

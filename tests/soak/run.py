@@ -113,11 +113,13 @@ def legs(short: bool, tag: str, database: str, redis_server: str = REDIS) -> lis
         Leg(
             LegConfig(
                 "postgresql-redis",
-                "PostgreSQL + Redis, 2 API processes, 3 workers (one 30 s fast)",
+                "PostgreSQL + Redis (a redis-server of its own, restarted by the chaos), 2 API "
+                "processes, 3 workers (one 30 s fast)",
                 f"{PG}/{database}",
                 trigger_url=redis,
                 redis_url=f"{redis_server}/13",
                 settings=SETTINGS,
+                own_redis=True,
             ),
             seconds=960,
             rate=8.5,
