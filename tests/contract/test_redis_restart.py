@@ -26,7 +26,7 @@ from dueflow.store import timers
 from dueflow.store.schema import orders as t_orders
 from dueflow.timers.redis import RedisTrigger
 from dueflow.worker.runner import run_feeder
-from tests.conftest import eventually, eventually_sync
+from tests.conftest import eventually, eventually_sync, in_ci
 from tests.e2e.live import free_port
 
 pytestmark = [pytest.mark.redis]
@@ -96,7 +96,10 @@ class OwnRedis:
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
     if shutil.which("redis-server") is None:
-        pytest.skip("no redis-server on PATH")
+        message = "no redis-server on PATH (Debian's redis-server package)"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
     server = OwnRedis(tmp_path)
     server.start()
     try:

@@ -40,7 +40,6 @@ from sqlalchemy import func, select
 
 from dueflow.store.db import Database
 from dueflow.store.schema import event_deliveries, order_events, orders, refunds, timers
-from tests.redis_server import RedisServer
 from tests.soak import checker, report
 from tests.soak.chaos import FAULTS as FAULT_KINDS
 from tests.soak.chaos import Chaos
@@ -94,18 +93,21 @@ class Leg:
     faults: int
 
 
-def legs(short: bool, tag: str, database: str, redis_server: str = REDIS) -> list[Leg]:
-    """The legs of a run; ``tag`` keeps this run's Redis keys and RabbitMQ queues apart, and
-    ``redis_server`` is the soak's own Redis (its chaos FLUSHALLs it)."""
-    redis = f"{redis_server}/13?prefix=soak-{tag}"
+def legs(short: bool, tag: str, database: str) -> list[Leg]:
+    """The legs of a run; ``tag`` keeps this run's Redis keys and RabbitMQ queues apart. Every
+    leg that uses Redis runs a ``redis-server`` of its own (``own_redis``): the chaos FLUSHALLs
+    and restarts it, never the machine's shared one, which other test runs may be using."""
+    redis = f"{REDIS}/13?prefix=soak-{tag}"
     rabbit = f"{RABBIT}?prefix=soak-{tag}"
     on_rabbitmq = LegConfig(
         "postgresql-rabbitmq",
-        "PostgreSQL + RabbitMQ trigger + Redis locks, 2 API processes, 3 workers",
+        "PostgreSQL + RabbitMQ trigger + Redis locks (a redis-server of its own), 2 API "
+        "processes, 3 workers",
         f"{PG}/{database}",
         trigger_url=rabbit,
-        redis_url=f"{redis_server}/13",
+        redis_url=f"{REDIS}/13",
         settings=SETTINGS,
+        own_redis=True,
     )
     if short:
         return [Leg(on_rabbitmq, seconds=60, rate=5, faults=6)]
@@ -117,7 +119,7 @@ def legs(short: bool, tag: str, database: str, redis_server: str = REDIS) -> lis
                 "processes, 3 workers (one 30 s fast)",
                 f"{PG}/{database}",
                 trigger_url=redis,
-                redis_url=f"{redis_server}/13",
+                redis_url=f"{REDIS}/13",
                 settings=SETTINGS,
                 own_redis=True,
             ),
@@ -316,19 +318,9 @@ async def main_async(args: argparse.Namespace) -> int:
     """Run the legs; write the results (and the report for a full run); 1 on any violation."""
     tag = secrets.token_hex(3)
     workdir = Path(args.workdir) / f"soak-{tag}"
-    own_redis = RedisServer(workdir / "redis")
-    await asyncio.to_thread(own_redis.start)
-    try:
-        return await run_legs(args, tag, workdir, own_redis.url)
-    finally:
-        await asyncio.to_thread(own_redis.stop)
-
-
-async def run_legs(args: argparse.Namespace, tag: str, workdir: Path, redis_server: str) -> int:
-    """Run the chosen legs on the soak's own Redis (``redis_server``)."""
     chosen = [
         leg
-        for leg in legs(args.short, tag, args.database, redis_server)
+        for leg in legs(args.short, tag, args.database)
         if leg.config.name in args.legs or not args.legs
     ]
     results = []
