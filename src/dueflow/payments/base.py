@@ -9,6 +9,7 @@ from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 
+from dueflow.domain import money
 from dueflow.exceptions import InvalidInput, NotAllowed, NotificationRejected
 
 
@@ -154,8 +155,10 @@ class PaymentProvider(ABC):
     """One payment provider."""
 
     name: str = ""
-    #: The most one trade can carry, in yuan; None: no limit of the provider's own.
-    max_amount: Decimal | None = None
+    #: The most one trade can carry, in yuan: the provider's own limit, or the largest amount
+    #: dueflow takes anywhere (:data:`dueflow.domain.money.MAX_AMOUNT`, what an operator may
+    #: record as a manual payment) for a provider without one.
+    max_amount: Decimal = money.MAX_AMOUNT
 
     def check_amount(self, amount: Decimal) -> None:
         """Refuse an amount this provider can never take, before an attempt is stored.
@@ -163,7 +166,7 @@ class PaymentProvider(ABC):
         Raises:
             InvalidInput: ``amount`` is above :attr:`max_amount`.
         """
-        if self.max_amount is not None and amount > self.max_amount:
+        if amount > self.max_amount:
             raise InvalidInput(
                 f"{self.name} takes at most {self.max_amount} yuan per payment, not {amount}: "
                 "pay with another provider"
@@ -230,6 +233,27 @@ class Providers:
     def names(self) -> list[str]:
         """The configured providers' names."""
         return sorted(self._by_name)
+
+    def largest_amount(self) -> Decimal:
+        """The most any configured provider takes in one payment: an order owing more could
+        never be paid."""
+        return max((p.max_amount for p in self._by_name.values()), default=Decimal(0))
+
+    def check_payable(self, amount: Decimal) -> None:
+        """Refuse a total no configured provider takes, before an order holds anything for it.
+
+        Raises:
+            InvalidInput: ``amount`` is above :meth:`largest_amount` (the message names it).
+        """
+        largest = self.largest_amount()
+        if amount > largest:
+            takers = ", ".join(
+                n for n, p in sorted(self._by_name.items()) if p.max_amount == largest
+            )
+            raise InvalidInput(
+                f"the order's total {amount} is above {largest} yuan, the most one payment can"
+                f" carry here ({takers or 'no payment provider is configured'})"
+            )
 
     async def aclose(self) -> None:
         """Close every provider's connections."""

@@ -157,7 +157,13 @@ async def insert_placed(
     show_id: int | None = None,
 ) -> dict[str, Any]:
     """In the placing transaction of every flow: the new order awaiting payment and its lines
-    (what it holds is taken next, by the caller); returns the order row as written."""
+    (what it holds is taken next, by the caller); returns the order row as written.
+
+    Raises:
+        InvalidInput: ``amount`` is above what any configured provider takes in one payment
+            (refused before anything is written: such an order could never be paid).
+    """
+    deps.providers.check_payable(amount)
     values: dict[str, Any] = {
         "flow": flow,
         "order_type": order_type,
