@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from dueflow import cli
-from dueflow.domain import seating
+from dueflow.domain import seating, times
 from dueflow.domain.money import parse_yuan
 from dueflow.exceptions import InvalidInput
 from dueflow.service import accounts, tickets
@@ -32,16 +32,12 @@ GRID_MARK = {show_states.FREE: ".", show_states.HELD: "h", show_states.SOLD: "S"
 
 
 def _time(value: str, option: str) -> datetime:
-    """An ISO 8601 time with its offset (a usage error, exit 2, otherwise)."""
+    """An ISO 8601 time with its offset, within what every database stores (a usage error,
+    exit 2, otherwise)."""
     try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise typer.BadParameter(f"not an ISO 8601 time: {value!r}", param_hint=option) from None
-    if parsed.tzinfo is None:
-        raise typer.BadParameter(
-            f"give the offset, like 2026-12-24T19:30:00+08:00 (not {value!r})", param_hint=option
-        )
-    return parsed
+        return times.parse(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 def prices_by_section(pairs: Sequence[str]) -> dict[str, Decimal]:

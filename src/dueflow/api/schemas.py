@@ -7,7 +7,9 @@ Every model refuses fields it does not name, so the schema says exactly what is 
 
 :data:`SingleLine` and :data:`MultiLine` are the text types of every free-text field of a request
 body (:mod:`dueflow.domain.text` says which characters they refuse): bad text is answered 422
-naming the field before anything reaches the database.
+naming the field before anything reaches the database. :data:`Time` is the type of every time
+field of a request body: ISO 8601 with its offset, within what every database stores
+(:mod:`dueflow.domain.times`), else 422 naming the field.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
-from dueflow.domain import text
+from dueflow.domain import text, times
 
 #: Yuan as exact decimal text with two places.
 Money = Annotated[
@@ -39,6 +41,19 @@ SingleLine = Annotated[str, AfterValidator(text.checked)]
 #: Text that may span lines (a review comment): as :data:`SingleLine`, but tab, line feed and
 #: carriage return are kept.
 MultiLine = Annotated[str, AfterValidator(_multi_line)]
+#: A time from a client, in UTC: ISO 8601 text with its offset, from 1000-01-01 to 9999-12-31
+#: in UTC (what every database stores); anything else is 422 naming the field.
+Time = Annotated[
+    datetime,
+    PlainValidator(times.parse, json_schema_input_type=str),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "examples": [times.EXAMPLE],
+            "description": "ISO 8601 with its UTC offset, 1000-01-01 to 9999-12-31 in UTC",
+        }
+    ),
+]
 
 
 class View(BaseModel):

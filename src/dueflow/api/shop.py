@@ -13,7 +13,6 @@ from dueflow.api import auth, routes
 from dueflow.api import schemas as out
 from dueflow.api.routes import Id, answer
 from dueflow.api.schemas import errors
-from dueflow.api.shows import Time, parse_time
 from dueflow.service import shop
 from dueflow.service.deps import Deps
 
@@ -44,8 +43,8 @@ class NewTemplate(routes.Body):
     min_amount: str = Field(
         default="0", min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$"
     )
-    valid_from: str = Time
-    valid_until: str = Time
+    valid_from: out.Time
+    valid_until: out.Time
     total: int = Field(ge=1, le=shop.MAX_UNITS)
 
 
@@ -62,8 +61,8 @@ class NewFlashSale(routes.Body):
     sku_id: int = Field(ge=1, le=routes.MAX_ID)
     price: str = Price
     stock: int = Field(ge=1, le=shop.MAX_UNITS)
-    starts_at: str = Time
-    ends_at: str = Time
+    starts_at: out.Time
+    ends_at: out.Time
     per_buyer_limit: int = Field(default=1, ge=1, le=shop.MAX_QUANTITY)
 
 
@@ -112,8 +111,8 @@ def router(deps: Deps) -> APIRouter:
             title=body.title,
             amount_off=body.amount_off,
             min_amount=body.min_amount,
-            valid_from=parse_time(body.valid_from, "valid_from"),
-            valid_until=parse_time(body.valid_until, "valid_until"),
+            valid_from=body.valid_from,
+            valid_until=body.valid_until,
             total=body.total,
         )
         return answer(view, 201)
@@ -163,8 +162,8 @@ def router(deps: Deps) -> APIRouter:
             sku_id=body.sku_id,
             price=body.price,
             stock=body.stock,
-            starts_at=parse_time(body.starts_at, "starts_at"),
-            ends_at=parse_time(body.ends_at, "ends_at"),
+            starts_at=body.starts_at,
+            ends_at=body.ends_at,
             per_buyer_limit=body.per_buyer_limit,
         )
         return answer(view, 201)

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.domain import text
+from dueflow.domain import text, times
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.domain.money import CENT, parse_yuan
 from dueflow.exceptions import (
@@ -166,6 +166,8 @@ async def create_template(
     title = _title(title)
     off = parse_yuan(amount_off)
     minimum = _zero_or_yuan(min_amount, "min_amount")
+    valid_from = times.storable(valid_from, "valid_from")
+    valid_until = times.storable(valid_until, "valid_until")
     if valid_until <= valid_from:
         raise InvalidInput("valid_until must be after valid_from")
     total = _count(total, "total", low=1, high=MAX_UNITS)
@@ -300,9 +302,16 @@ async def create_flash_sale(
     amount = parse_yuan(price)
     stock = _count(stock, "stock", low=1, high=MAX_UNITS)
     limit = _count(per_buyer_limit, "per_buyer_limit", low=1, high=MAX_QUANTITY)
+    starts_at = times.storable(starts_at, "starts_at")
+    ends_at = times.storable(ends_at, "ends_at")
     if ends_at <= starts_at:
         raise InvalidInput("ends_at must be after starts_at")
     now = deps.clock.now()
+    if ends_at <= now:
+        # Every order for it would be refused as closed.
+        raise InvalidInput(
+            f"ends_at {ends_at.isoformat()} has passed: the sale would take no orders"
+        )
     async with deps.db.write() as conn:
         sku = await shop.get(conn, skus, sku_id)
         if sku is None:

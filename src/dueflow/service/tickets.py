@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.domain import seating
+from dueflow.domain import seating, times
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import (
@@ -62,8 +62,8 @@ async def create_show(
         NotFound: no such organizer.
     """
     title, venue = _text(title, "title"), _text(venue, "venue")
-    if starts_at.tzinfo is None or sales_close_at.tzinfo is None:
-        raise InvalidInput("times carry their offset (2026-12-24T19:30:00+08:00)")
+    starts_at = times.storable(starts_at, "starts_at")
+    sales_close_at = times.storable(sales_close_at, "sales_close_at")
     if sales_close_at > starts_at:
         raise InvalidInput("sales close at or before the show starts")
     now = deps.clock.now()
