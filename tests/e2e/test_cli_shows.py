@@ -160,6 +160,24 @@ def test_a_time_without_its_offset_is_a_usage_error(cli, db_file):
     assert rows(db_file, "SELECT count(*) FROM shows") == [(0,)]
 
 
+@pytest.mark.parametrize(
+    ("starts", "closes", "option"),
+    [
+        ("9999-12-31T23:59:59-12:00", CLOSES, "--starts-at"),
+        (STARTS, "0001-01-01T00:00:00+14:00", "--sales-close-at"),
+    ],
+)
+def test_a_time_outside_what_is_stored_is_a_usage_error(cli, db_file, starts, closes, option):
+    assert cli("users", "add", "org").returncode == 0
+    refused = cli(
+        "shows", "add", "--organizer", "org", "--title", "T", "--venue", "V",
+        "--starts-at", starts, "--sales-close-at", closes, "--seats", "A:1-2", "--price", "A=1",
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert option in refused.stderr and "outside the times dueflow stores" in refused.stderr
+    assert rows(db_file, "SELECT count(*) FROM shows") == [(0,)]
+
+
 def test_only_the_organizer_cancels_and_only_once(cli, show, db_file):
     assert cli("orders", "place", "--show", "1", "--seats", "A-1", "--buyer", "bea").returncode == 0
     stranger = cli("shows", "cancel", "1", "--as", "bea")
