@@ -154,6 +154,18 @@ def answer(value: Any, status: int = 200) -> JSONResponse:
     return _Encoded(value, status_code=status)
 
 
+#: The fields of a timer an order's buyer and seller see (the claim and the last error are
+#: the operators': /api/admin and the admin pages).
+_PARTY_TIMER = tuple(out.OrderTimerView.model_fields)
+
+
+def for_parties(view: Mapping[str, Any]) -> dict[str, Any]:
+    """An order's view as its buyer and seller are answered it: every order answer of the API
+    passes here, so its timers carry only :class:`~dueflow.api.schemas.OrderTimerView`'s
+    fields."""
+    return {**view, "timers": [{k: t[k] for k in _PARTY_TIMER} for t in view["timers"]]}
+
+
 class _Kept:
     """The encoder an Idempotency-Key writes its first answer with, in the placing
     transaction; it keeps the bytes so the answer sent is the answer kept."""
@@ -162,7 +174,7 @@ class _Kept:
         self.body: bytes | None = None
 
     def __call__(self, view: Mapping[str, Any]) -> str:
-        self.body = encode(view)
+        self.body = encode(for_parties(view))
         return self.body.decode()
 
 
@@ -170,7 +182,8 @@ def _again(again: replays.Replay) -> Response:
     """The first answer to an Idempotency-Key, given again."""
     if again.body is not None:
         return Response(again.body, status_code=again.status_code, media_type="application/json")
-    return answer(again.view, again.status_code)
+    assert again.view is not None  # a replay has its body or its order's view
+    return answer(for_parties(again.view), again.status_code)
 
 
 async def _place(
@@ -278,7 +291,7 @@ def _orders(deps: Deps) -> APIRouter:
         user = auth.caller(request)
         header = request.headers.get("idempotency-key")
         if header is None:
-            return answer(await _place(deps, user, body, None), 201)
+            return answer(for_parties(await _place(deps, user, body, None)), 201)
         if not IDEMPOTENCY_KEY.fullmatch(header):
             raise InvalidInput("Idempotency-Key: 1-255 printable ASCII characters, no spaces")
         digest = hashlib.sha256(
@@ -300,7 +313,7 @@ def _orders(deps: Deps) -> APIRouter:
                 raise
             return _again(again)
         # The answer was kept with the key in the placing transaction: send those bytes.
-        text = kept.body if kept.body is not None else encode(view)
+        text = kept.body if kept.body is not None else encode(for_parties(view))
         return Response(text, status_code=201, media_type="application/json")
 
     @routes.get("/{order_id}", response_model=out.OrderView)
@@ -311,7 +324,7 @@ def _orders(deps: Deps) -> APIRouter:
         view = await orders.order_view(deps, order_id)
         if not user.is_admin and user.id not in (view["buyer_id"], view["seller_id"]):
             raise NotAllowed(f"order {order_id} is not yours")
-        return answer(view)
+        return answer(for_parties(view))
 
     @routes.post(
         "/{order_id}/payments",
@@ -336,7 +349,7 @@ def _orders(deps: Deps) -> APIRouter:
             await orders.cancel_by_buyer(deps, order_id=order_id, user_id=user.id)
         else:
             await orders.cancel_by_seller(deps, order_id=order_id, user_id=user.id)
-        return answer(await orders.order_view(deps, order_id))
+        return answer(for_parties(await orders.order_view(deps, order_id)))
 
     @routes.post("/{order_id}/ship", response_model=out.OrderView, responses=errors(400, 403, 409))
     async def ship(order_id: Id, body: Shipment, request: Request) -> JSONResponse:
@@ -349,7 +362,7 @@ def _orders(deps: Deps) -> APIRouter:
             carrier=body.carrier,
             tracking_no=body.tracking_no,
         )
-        return answer(await orders.order_view(deps, order_id))
+        return answer(for_parties(await orders.order_view(deps, order_id)))
 
     @routes.post(
         "/{order_id}/confirm-receipt", response_model=out.OrderView, responses=errors(403, 409)
@@ -358,7 +371,7 @@ def _orders(deps: Deps) -> APIRouter:
         """The buyer confirms receipt."""
         user = auth.caller(request)
         await orders.confirm_receipt(deps, order_id=order_id, user_id=user.id)
-        return answer(await orders.order_view(deps, order_id))
+        return answer(for_parties(await orders.order_view(deps, order_id)))
 
     @routes.post(
         "/{order_id}/reviews",
@@ -372,7 +385,8 @@ def _orders(deps: Deps) -> APIRouter:
         role = await orders.review(
             deps, order_id=order_id, user_id=user.id, rating=body.rating, comment=body.comment
         )
-        return answer({"role": role, "order": await orders.order_view(deps, order_id)}, 201)
+        view = for_parties(await orders.order_view(deps, order_id))
+        return answer({"role": role, "order": view}, 201)
 
     return routes
 

@@ -144,8 +144,10 @@ class ReviewView(View):
     created_at: datetime
 
 
-class TimerView(View):
-    """A timer: when it is due, its state, attempts and how it ended."""
+class OrderTimerView(View):
+    """A timer of an order as its buyer and seller see it: when it is due, its state, attempts
+    and how it ended. Which worker holds it and its last error are the operators' (they are in
+    :class:`TimerView`, under ``/api/admin``)."""
 
     id: int
     order_id: int
@@ -154,13 +156,19 @@ class TimerView(View):
     due_at: datetime
     state: str = Field(description="scheduled | claimed | done | cancelled")
     attempts: int
-    lease_until: datetime | None
-    claim_token: str | None
     stuck: bool
-    last_error: str | None
     outcome: str | None
     created_at: datetime
     done_at: datetime | None
+
+
+class TimerView(OrderTimerView):
+    """A timer as operators see it: as :class:`OrderTimerView`, with the worker's claim
+    (``claim_token`` until ``lease_until``) and the last error of a failed try."""
+
+    lease_until: datetime | None
+    claim_token: str | None
+    last_error: str | None
 
 
 class OverdueTimer(TimerView):
@@ -253,7 +261,7 @@ class OrderView(OrderListItem):
     payments: list[PaymentView]
     refunds: list[RefundView]
     reviews: list[ReviewView]
-    timers: list[TimerView]
+    timers: list[OrderTimerView]
     notices: list[NoticeView]
     timeline: list[EventView]
 

@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from dueflow.payments.base import RefundResult
-from dueflow.store import schema
+from dueflow.store import schema, timers
 from tests.unit.api import Api, running_api, table_snapshot
 
 
@@ -170,3 +170,70 @@ async def test_admin_sees_overdue_and_stuck_timers_and_discrepancies(api, world)
     assert answer.json() == []
     answer = await api.call("GET", "/api/admin/discrepancies", "admin")
     assert answer.status_code == 200 and answer.json() == []
+
+
+#: What the parties see of a timer; the claim and the last error are the operators'.
+PARTY_TIMER = {
+    "id",
+    "order_id",
+    "kind",
+    "deadline_at",
+    "due_at",
+    "state",
+    "attempts",
+    "stuck",
+    "outcome",
+    "created_at",
+    "done_at",
+}
+
+
+async def test_the_parties_never_see_timer_internals_the_admin_api_does(api, world):
+    """A claimed timer (its token and lease) and a failed one (its last error) of an order: the
+    order's answers (placed, replayed, read by buyer, seller or admin, acted on) carry neither;
+    /api/admin/timers keeps them."""
+    goods_id = await api.goods()
+    key = {"Idempotency-Key": "order-1"}
+    body = {"goods_id": goods_id}
+    placed = await api.call("POST", "/api/orders", "buyer", json=body, headers=key)
+    assert placed.status_code == 201, placed.text
+    order_id = placed.json()["id"]
+    world.notifier.fail_with = OSError("the webhook at 10.0.0.7 is down")
+    world.clock.advance(timedelta(minutes=5))
+    await world.worker.drain()  # the reminder fails: retried later, its error kept
+    world.clock.advance(timedelta(minutes=25))
+    async with api.deps.db.write() as conn:
+        row = (
+            await conn.execute(
+                select(schema.timers.c.id).where(
+                    schema.timers.c.order_id == order_id,
+                    schema.timers.c.kind == "cancel_unpaid",
+                )
+            )
+        ).one()
+        [claimed] = await timers.claim_ids(
+            conn, [row.id], now=world.clock.now(), lease=api.deps.lease
+        )
+    answers = [placed]
+    answers.append(await api.call("POST", "/api/orders", "buyer", json=body, headers=key))
+    for who in ("buyer", "seller", "admin"):
+        answers.append(await api.call("GET", f"/api/orders/{order_id}", who))
+    for answer in answers:
+        assert answer.status_code in (200, 201), answer.text
+        views = answer.json()["timers"]
+        assert {t["kind"] for t in views} == {"cancel_unpaid", "pay_reminder"}
+        assert all(set(t) == PARTY_TIMER for t in views), views
+        assert claimed.token not in answer.text and "10.0.0.7" not in answer.text
+    shown = await api.call("GET", f"/api/orders/{order_id}", "buyer")
+    states = {t["kind"]: (t["state"], t["attempts"]) for t in shown.json()["timers"]}
+    assert states == {"cancel_unpaid": ("claimed", 1), "pay_reminder": ("scheduled", 1)}
+    admin = await api.call("GET", "/api/admin/timers?state=claimed", "admin")
+    assert [(t["order_id"], t["claim_token"]) for t in admin.json()] == [(order_id, claimed.token)]
+    assert admin.json()[0]["lease_until"] is not None
+    admin = await api.call("GET", "/api/admin/timers?state=scheduled", "admin")
+    [reminder] = [t for t in admin.json() if t["order_id"] == order_id]
+    assert "10.0.0.7" in reminder["last_error"]
+    cancelled = await api.call("POST", f"/api/orders/{order_id}/cancel", "buyer")
+    assert cancelled.status_code == 200, cancelled.text
+    assert all(set(t) == PARTY_TIMER for t in cancelled.json()["timers"])
+    assert "10.0.0.7" not in cancelled.text
