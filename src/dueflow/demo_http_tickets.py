@@ -175,7 +175,8 @@ def _run_promises(views: Mapping[int, Mapping[str, Any]], seat_map: Any) -> dict
         "the cancelled show: every seat free, every ticket void": [
             oid for oid, v in views.items() if any(t["state"] != "void" for t in v["tickets"])
         ]
-        + [0 for s in seat_map["seats"] if s["state"] != "free"][:1],
+        # No order holds a seat (the map says not_for_sale, not free: the show sells no more).
+        + [0 for s in seat_map["seats"] if s["state"] in ("held", "sold")][:1],
     }
 
 

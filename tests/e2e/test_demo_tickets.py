@@ -101,7 +101,7 @@ def test_the_tickets_demo_over_http_keeps_every_promise(server):
     assert set(summary["orders"]) <= DEAD, summary["orders"]
     assert summary["invariants"]["ok"]
     seats = httpx.get(f"{base}/api/shows/1/seats", headers=headers, timeout=10).json()["seats"]
-    assert len(seats) == 60 and {s["state"] for s in seats} == {"free"}
+    assert len(seats) == 60 and {s["state"] for s in seats} == {"not_for_sale"}  # cancelled
     after = _tables_after(db)
     assert after["seat_holds"] == after["buyers_counted"] == after["valid_tickets"] == 0
     assert after["live"] == 0 and after["paid_unrefunded"] == 0

@@ -300,13 +300,18 @@ class SeatView(View):
     number: int
     tier: str
     price: Money
-    state: str = Field(description="free | held | sold")
+    state: str = Field(
+        description="free | held | sold | not_for_sale (no order holds it, and sales are not open)"
+    )
 
 
 class SeatMap(View):
-    """Every seat of a show, in seat order."""
+    """Where the show's sales stand, and every seat of it in seat order."""
 
     show_id: int
+    sales: str = Field(
+        description="open | closed (past sales_close_at) | started | cancelled (by the organizer)"
+    )
     seats: list[SeatView]
 
 

@@ -82,11 +82,9 @@ def router(deps: Deps) -> APIRouter:
 
     @api.get("/{show_id}/seats", response_model=out.SeatMap)
     async def get_seats(show_id: routes.Id) -> JSONResponse:
-        """Every seat of the show and its state: free, held (by an unpaid order) or sold."""
-        seats = await tickets.seat_map(deps, show_id)
-        for seat in seats:
-            seat.pop("order_id")  # who holds a seat is the parties' business, not the public's
-        return routes.answer({"show_id": show_id, "seats": seats})
+        """Where the show's sales stand and every seat's state: free, held (by an unpaid
+        order), sold, or not_for_sale (no order holds it and the show sells no more)."""
+        return routes.answer(await tickets.buyers_seat_map(deps, show_id))
 
     @api.post("/{show_id}/cancel", response_model=out.ShowCancelled, responses=errors(403, 409))
     async def cancel_show(show_id: routes.Id, request: Request) -> JSONResponse:

@@ -42,6 +42,10 @@ S = OrderStatus
 TICKET_ORDER_TYPE = "ticket"
 #: Statuses of a tickets order that still hold seats.
 LIVE = (S.PENDING_PAYMENT.value, S.PAID.value)
+#: Where a show's sales stand (:func:`sales`).
+OPEN, CLOSED, STARTED, CANCELLED = "open", "closed", "started", "cancelled"
+#: The buyers' seat-map state of a seat no order holds at a show that sells no more.
+NOT_FOR_SALE = "not_for_sale"
 
 
 async def create_show(
@@ -122,12 +126,31 @@ async def show_view(deps: Deps, show_id: int) -> dict[str, Any]:
 
 
 async def seat_map(deps: Deps, show_id: int) -> list[dict[str, Any]]:
-    """Every seat of the show with its state (free, held, sold). With a seat cache the states
-    come from it; the database answers when the cache does not have the show, and the cache
-    is loaded from that answer."""
+    """Every seat of the show with its hold state (free, held, sold) and the order holding it.
+    With a seat cache the states come from it; the database answers when the cache does not
+    have the show, and the cache is loaded from that answer."""
+    return (await _seat_map(deps, show_id))[1]
+
+
+async def buyers_seat_map(deps: Deps, show_id: int) -> dict[str, Any]:
+    """The seat map as anyone signed in reads it: where the show's sales stand (:func:`sales`)
+    and every seat's state, where a seat no order holds is ``free`` only while sales are open
+    (``not_for_sale`` once the show is cancelled, started or its sales closed). Which order
+    holds a seat is the parties' business and is not said."""
+    show, seats = await _seat_map(deps, show_id)
+    now_selling = sales(show, deps.clock.now())
+    for seat in seats:
+        del seat["order_id"]
+        if now_selling != OPEN and seat["state"] == shows.FREE:
+            seat["state"] = NOT_FOR_SALE
+    return {"show_id": show_id, "sales": now_selling, "seats": seats}
+
+
+async def _seat_map(deps: Deps, show_id: int) -> tuple[Any, list[dict[str, Any]]]:
     cached = await deps.seat_cache.states(show_id)
     async with deps.db.read() as conn:
-        if await shows.get(conn, show_id) is None:
+        show = await shows.get(conn, show_id)
+        if show is None:
             raise NotFound(f"no show {show_id}")
         rows = await shows.seat_map(conn, show_id)
     if cached is None:
@@ -136,7 +159,7 @@ async def seat_map(deps: Deps, show_id: int) -> list[dict[str, Any]]:
         # at the reconciler's next pass. A move committed meanwhile may be overwritten; that
         # pass sets it right. Without a cache, or with Redis away, this does nothing.
         await deps.seat_cache.load(show_id, {r.label: r.state for r in rows if r.state})
-    return [
+    return show, [
         {
             "label": r.label,
             "section": r.section,
@@ -292,12 +315,26 @@ async def _place(
         )
 
 
-def _check_open(show: Any, now: datetime) -> None:
+def sales(show: Any, now: datetime) -> str:
+    """Where the show's sales stand at ``now``: ``open``, or why they are not: ``cancelled`` (by
+    its organizer), ``started`` (past ``starts_at``), ``closed`` (past ``sales_close_at``).
+    Placing refuses every state but ``open``; the seat map says it."""
     if show.status != shows.ON_SALE:
-        raise SalesClosed(f"show {show.id} was cancelled")
+        return CANCELLED
     if now >= show.starts_at:
-        raise SalesClosed(f"show {show.id} has started")
+        return STARTED
     if now >= show.sales_close_at:
+        return CLOSED
+    return OPEN
+
+
+def _check_open(show: Any, now: datetime) -> None:
+    state = sales(show, now)
+    if state == CANCELLED:
+        raise SalesClosed(f"show {show.id} was cancelled")
+    if state == STARTED:
+        raise SalesClosed(f"show {show.id} has started")
+    if state == CLOSED:
         raise SalesClosed(f"sales for show {show.id} closed at {show.sales_close_at.isoformat()}")
 
 
