@@ -5,10 +5,11 @@ may cancel it; anyone signed in reads a show and its seat map. Seats are ordered
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dueflow.api import auth, routes
 from dueflow.api import schemas as out
@@ -20,6 +21,10 @@ from dueflow.service import tickets
 from dueflow.service.deps import Deps
 
 Price = Field(min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$", examples=["380.00"])
+Section = Field(pattern=r"^[A-Za-z][A-Za-z0-9]{0,7}$", examples=["A"])
+#: The longest ``seat_ranges`` text, and the most sections ``prices`` names.
+MAX_RANGES_TEXT = 4000
+MAX_SECTIONS = 200
 
 
 class NewSeat(routes.Body):
@@ -32,21 +37,73 @@ class NewSeat(routes.Body):
 
 
 class NewShow(routes.Body):
-    """A show and its seat map; times are ISO 8601 with their offset."""
+    """A show and its seat map; times are ISO 8601 with their offset. The seats are listed one
+    by one (``seats``), given as ranges by section (``seat_ranges`` with a price per section in
+    ``prices``: 5,000 seats fit in a few bytes), or both (no seat twice)."""
 
     title: out.SingleLine = Field(min_length=1, max_length=200)
     venue: out.SingleLine = Field(min_length=1, max_length=200)
     starts_at: out.Time
     sales_close_at: out.Time
     seat_limit: int = Field(default=seating.DEFAULT_SEAT_LIMIT, ge=1, le=seating.MAX_SEAT_LIMIT)
-    seats: list[NewSeat] = Field(min_length=1, max_length=seating.MAX_SEATS)
+    seats: list[NewSeat] | None = Field(default=None, min_length=1, max_length=seating.MAX_SEATS)
+    seat_ranges: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_RANGES_TEXT,
+        description="seats by section, first and last number: A:1-20 is A-1 to A-20 (its tier "
+        "is its section)",
+        examples=["A:1-2500,B:1-2500"],
+    )
+    prices: dict[Annotated[str, Section], Annotated[str, Price]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SECTIONS,
+        description="yuan by section, for the seats of seat_ranges",
+        examples=[{"A": "380.00", "B": "180.00"}],
+    )
+
+    @model_validator(mode="after")
+    def _some_seats(self) -> NewShow:
+        if self.seats is None and self.seat_ranges is None:
+            raise ValueError("give the seats: seats (one by one), seat_ranges with prices, or both")
+        if (self.seat_ranges is None) != (self.prices is None):
+            raise ValueError("seat_ranges go with prices (yuan by section), and prices with them")
+        return self
 
 
-def _price(value: str, label: str) -> Decimal:
+def _price(value: str, what: str) -> Decimal:
     try:
         return parse_yuan(value)
     except InvalidInput as exc:
-        raise InvalidInput(f"seat {label}: {exc.message}") from None
+        raise InvalidInput(f"{what}: {exc.message}") from None
+
+
+def seats_of(body: NewShow) -> list[seating.SeatSpec]:
+    """The seats the body lists and those its ranges hold (the show's rules are checked when
+    it is created: no seat twice, at most :data:`~dueflow.domain.seating.MAX_SEATS`).
+
+    Raises:
+        InvalidInput: a bad label, price or range, a section without a price, a price for a
+            section the ranges do not have.
+    """
+    specs = [
+        seating.seat(s.label, _price(s.price, f"seat {s.label}"), s.tier) for s in body.seats or []
+    ]
+    if body.seat_ranges is not None and body.prices is not None:
+        prices = {
+            section: _price(value, f"prices.{section}") for section, value in body.prices.items()
+        }
+        ranged = seating.parse_ranges(
+            body.seat_ranges,
+            prices,
+            give_price='give it in prices: {{"{section}": "380.00"}}',
+        )
+        unused = sorted(set(prices) - {s.section for s in ranged})
+        if unused:
+            raise InvalidInput(f"prices: no seat range of section {', '.join(unused)}")
+        specs.extend(ranged)
+    return specs
 
 
 def router(deps: Deps) -> APIRouter:
@@ -62,7 +119,7 @@ def router(deps: Deps) -> APIRouter:
     async def add_show(body: NewShow, request: Request) -> JSONResponse:
         """Put a show on sale with its seats, the caller its organizer."""
         user = auth.caller(request)
-        specs = [seating.seat(s.label, _price(s.price, s.label), s.tier) for s in body.seats]
+        specs = seats_of(body)
         show_id = await tickets.create_show(
             deps,
             organizer_id=user.id,

@@ -56,15 +56,23 @@ def seat(label: str, price: Decimal, tier: str | None = None) -> SeatSpec:
     return SeatSpec(label, section, row, number, tier or section, price)
 
 
-def parse_ranges(spec: str, prices: Mapping[str, Decimal]) -> list[SeatSpec]:
+def parse_ranges(
+    spec: str,
+    prices: Mapping[str, Decimal],
+    *,
+    give_price: str = "give --price {section}=...",
+) -> list[SeatSpec]:
     """Seats from the compact form ``A:1-20,B:1-20`` (section, first and last number), priced
-    by section (``prices["A"]``).
+    by section (``prices["A"]``). ``give_price`` says how to price a section that has none
+    (the CLI's option by default; ``{section}`` is replaced by the section).
 
     Raises:
         InvalidInput: a part is not ``SECTION:FIRST-LAST``, a range runs backwards, a section
-            has no price.
+            has no price, the ranges hold more than :data:`MAX_SEATS` seats (counted before
+            any is made).
     """
-    found: list[SeatSpec] = []
+    ranges: list[tuple[str, int, int]] = []
+    count = 0
     for part in (p.strip() for p in spec.split(",")):
         match = _RANGE.match(part)
         if match is None:
@@ -73,9 +81,17 @@ def parse_ranges(spec: str, prices: Mapping[str, Decimal]) -> list[SeatSpec]:
         if last < first:
             raise InvalidInput(f"seat range {part!r} runs backwards")
         if section not in prices:
-            raise InvalidInput(f"section {section} has no price (give --price {section}=...)")
-        found.extend(seat(f"{section}-{n}", prices[section]) for n in range(first, last + 1))
-    return found
+            hint = give_price.format(section=section)
+            raise InvalidInput(f"section {section} has no price ({hint})")
+        count += last - first + 1
+        if count > MAX_SEATS:
+            raise InvalidInput(f"a show has 1 to {MAX_SEATS} seats: these ranges hold more")
+        ranges.append((section, first, last))
+    return [
+        seat(f"{section}-{n}", prices[section])
+        for section, first, last in ranges
+        for n in range(first, last + 1)
+    ]
 
 
 def check_seats(seats: Sequence[SeatSpec]) -> None:
