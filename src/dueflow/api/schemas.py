@@ -285,6 +285,9 @@ class ShowView(View):
     sales_close_at: datetime
     seat_limit: int = Field(description="seats one buyer may hold or buy")
     status: str = Field(description="on_sale | cancelled")
+    sales: str = Field(
+        description="open | closed (past sales_close_at) | started | cancelled (by the organizer)"
+    )
     cancelled_at: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -309,9 +312,7 @@ class SeatMap(View):
     """Where the show's sales stand, and every seat of it in seat order."""
 
     show_id: int
-    sales: str = Field(
-        description="open | closed (past sales_close_at) | started | cancelled (by the organizer)"
-    )
+    sales: str = Field(description="as the show's")
     seats: list[SeatView]
 
 

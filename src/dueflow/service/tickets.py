@@ -115,13 +115,15 @@ def _text(value: str, what: str) -> str:
 
 
 async def show_view(deps: Deps, show_id: int) -> dict[str, Any]:
-    """The show and how many of its seats are free, held and sold."""
+    """The show, where its sales stand (:func:`sales`) and how many of its seats are free,
+    held and sold."""
     async with deps.db.read() as conn:
         show = await shows.get(conn, show_id)
         if show is None:
             raise NotFound(f"no show {show_id}")
         view = dict(show._mapping)
         view["seats"] = await shows.counts(conn, show_id)
+    view["sales"] = sales(show, deps.clock.now())
     return view
 
 

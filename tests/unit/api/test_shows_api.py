@@ -60,6 +60,8 @@ async def test_a_cancelled_shows_seats_are_not_for_sale(api, world):
         "B-2": "not_for_sale",
     }
     assert cancelled["sales"] == "cancelled"
+    show = await api.call("GET", f"/api/shows/{show_id}", "buyer")
+    assert (show.json()["status"], show.json()["sales"]) == ("cancelled", "cancelled")
     await refused_for_sales_closed(api, show_id, "A-2")
     await world.worker.drain()
     released = await seat_map(api, show_id)
@@ -74,6 +76,8 @@ async def test_seats_are_not_for_sale_once_sales_close_or_the_show_starts(api, w
     closed = await seat_map(api, show_id)
     assert Counter(states(closed).values()) == Counter(not_for_sale=4, held=1)
     assert closed["sales"] == "closed"
+    show = await api.call("GET", f"/api/shows/{show_id}", "buyer")
+    assert (show.json()["status"], show.json()["sales"]) == ("on_sale", "closed")
     await refused_for_sales_closed(api, show_id, "A-2")
     world.clock.advance(timedelta(days=1))
     await world.worker.drain()  # the unpaid order's deadline passed long ago
