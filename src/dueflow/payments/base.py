@@ -71,11 +71,16 @@ class CloseOutcome:
     result: CloseResult
     payment: VerifiedPayment | None = None
     reason: str = ""
+    #: What the provider gave back on its own while closing (Alipay's cancel refunds a trade
+    #: paid in the meantime): the trade is closed, its payment (if notified) needs no refund of
+    #: ours. None: nothing was given back.
+    refunded: Decimal | None = None
 
     @classmethod
-    def closed(cls, reason: str = "") -> CloseOutcome:
-        """The trade is closed and was never paid: safe to cancel."""
-        return cls(CloseResult.CLOSED_UNPAID, reason=reason)
+    def closed(cls, reason: str = "", *, refunded: Decimal | None = None) -> CloseOutcome:
+        """The trade is closed and the order may be cancelled: never paid, or paid and given
+        back in full by the provider itself (``refunded``)."""
+        return cls(CloseResult.CLOSED_UNPAID, reason=reason, refunded=refunded)
 
     @classmethod
     def paid(cls, payment: VerifiedPayment) -> CloseOutcome:
@@ -110,6 +115,10 @@ class RefundResult(StrEnum):
     ``NOT_FOUND`` is a definite answer about the refund number, not about the money: the provider
     has no refund by that number (the request never reached it, or was lost before it was
     processed). It is never final: the refund is submitted again with the same number.
+
+    ``ALREADY_REFUNDED`` is final: the provider refuses the refund because the trade's money
+    went back already by another way than this refund number (Alipay's trade.cancel of a trade
+    paid meanwhile), at least the refund's amount, as the provider's own records say.
     """
 
     SUCCEEDED = "succeeded"
@@ -117,6 +126,7 @@ class RefundResult(StrEnum):
     FAILED = "failed"
     UNKNOWN = "unknown"
     NOT_FOUND = "not_found"
+    ALREADY_REFUNDED = "already_refunded"
 
 
 @dataclass(frozen=True)
@@ -203,6 +213,18 @@ class PaymentProvider(ABC):
         submits it again.
         """
         return await self.refund(request)
+
+    async def refunded_on_its_own(self, request: RefundRequest) -> RefundOutcome:
+        """Whether the provider gave the trade's money back by itself, not by
+        ``request.refund_no``: :attr:`RefundResult.ALREADY_REFUNDED` (the amount in the
+        reason) when at least ``request.amount`` went back, :attr:`RefundResult.NOT_FOUND` when
+        it did not, :attr:`RefundResult.UNKNOWN` when it cannot tell. Never raises for the
+        provider's trouble.
+
+        The default is a provider that never refunds by itself (WeChat Pay's close never
+        refunds; a manual payment has no provider): NOT_FOUND.
+        """
+        return RefundOutcome(RefundResult.NOT_FOUND, f"{self.name} refunds only when asked")
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.domain.money import parse_yuan
 from dueflow.exceptions import (
     AmountMismatch,
     BackendError,
@@ -21,6 +22,7 @@ from dueflow.exceptions import (
     Conflict,
     DomainError,
     DueflowError,
+    InvalidInput,
     MalformedNotification,
     NotificationRejected,
     ProviderError,
@@ -152,6 +154,26 @@ async def _judged(
     return Receipt(accepted, outcome, inbox_id, message)
 
 
+async def _provider_refund(
+    deps: Deps, provider_name: str, note: ProviderNotification, inbox_id: int
+) -> str:
+    """A refund the provider made by itself: recorded on the attempt (the amount it names,
+    else the attempt's), as the close that caused it records it."""
+    assert note.refund is not None
+    async with deps.db.read() as conn:
+        attempt = await payments.by_pay_no(conn, note.pay_no)
+    _checker(provider_name, note)(attempt)
+    assert attempt is not None
+    try:
+        amount = parse_yuan(note.refund.reason)
+    except InvalidInput:
+        amount = attempt.amount
+    await payment_service.record_provider_refunds(deps, [(attempt, amount)], deps.clock.now())
+    async with deps.db.write() as conn:
+        await _verdict(conn, inbox_id, note, outcome="provider_refund")
+    return "provider_refund"
+
+
 def _checker(provider_name: str, note: ProviderNotification) -> Callable[[Row[Any] | None], None]:
     """The notification's own checks of its attempt, before any effect: known, this provider's,
     and (when paid) the exact amount."""
@@ -174,6 +196,10 @@ async def _apply(deps: Deps, provider_name: str, note: ProviderNotification, inb
     if note.event is NotificationEvent.REFUND:
         if note.refund_no is None or note.refund is None:
             raise MalformedNotification("a refund notification without its refund")
+        if note.refund_no == note.pay_no:
+            # Numbered by the trade itself: a refund the provider made on its own (Alipay's
+            # cancel of a trade paid meanwhile), never one of ours.
+            return await _provider_refund(deps, provider_name, note, inbox_id)
         await refunds.record_answer(deps, note.refund_no, note.refund)
         outcome = "refund_updated"
         async with deps.db.write() as conn:

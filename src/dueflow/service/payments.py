@@ -221,11 +221,17 @@ async def _refund_late_payment(
     conn: AsyncConnection, attempt: Row[Any], status: OrderStatus, *, now: datetime, actor: str
 ) -> None:
     """The money of an order that is no longer pending payment (``status``): a discrepancy
-    and a refund in review for the attempt (now paid), with their timeline entries."""
+    and a refund in review for the attempt (now paid), with their timeline entries; no refund
+    when the provider gave the payment back by itself (recorded on the attempt by the close
+    that made it do so: Alipay's cancel of a trade paid meanwhile)."""
     kind = "paid_after_cancel" if status.is_cancelled else "paid_twice"
     detail = (
         f"{attempt.provider} {attempt.pay_no} paid {attempt.amount} while the order is {status}"
     )
+    given_back = attempt.provider_refunded
+    owed = given_back is None or given_back < attempt.amount
+    if not owed:
+        detail = f"{detail}; {attempt.provider} already gave back {given_back}: no refund due"
     order_id = attempt.order_id
     await payments.record_discrepancy(
         conn, kind=kind, order_id=order_id, payment_id=attempt.id, detail=detail, now=now
@@ -233,13 +239,12 @@ async def _refund_late_payment(
     await orders.record_events(
         conn, [order_id], event="discrepancy", actor=actor, now=now, detail=f"{kind}: {detail}"
     )
+    where = {"order_id": order_id, "pay_no": attempt.pay_no}
+    if not owed:
+        log.warning("DISCREPANCY %s: %s", kind, detail, extra=where)
+        return
     await payments.create_refunds(conn, [attempt], reason=kind, now=now, actor=actor)
-    log.error(
-        "DISCREPANCY %s: %s; a refund awaits review",
-        kind,
-        detail,
-        extra={"order_id": order_id, "pay_no": attempt.pay_no},
-    )
+    log.error("DISCREPANCY %s: %s; a refund awaits review", kind, detail, extra=where)
 
 
 async def record_mismatch_at_close(
@@ -359,7 +364,45 @@ async def close_each(
                 log.exception("close-or-query failed for %s", row.pay_no)
                 return row, CloseOutcome.unknown(f"{type(exc).__name__}: {exc}")
 
-    return list(await asyncio.gather(*(one(row) for row in attempts)))
+    outcomes = list(await asyncio.gather(*(one(row) for row in attempts)))
+    given_back = [(row, o.refunded) for row, o in outcomes if o.refunded is not None]
+    if given_back:
+        await record_provider_refunds(deps, given_back, now)
+    return outcomes
+
+
+async def record_provider_refunds(
+    deps: Deps, given_back: Sequence[tuple[Row[Any], Decimal]], now: datetime
+) -> None:
+    """A provider gave payments back by itself (a close, Alipay's cancel of a trade paid
+    meanwhile; or its notification of that refund): the fact is written at once, once per
+    attempt, whatever the caller then does, so the payment's notification finds it
+    and needs no refund of ours. An attempt already recorded paid (its notification came
+    first) is a discrepancy for an operator: the order holds money the provider gave back."""
+    async with deps.db.write() as conn:
+        for row, amount in given_back:
+            if not await payments.record_provider_refund(conn, row.id, amount):
+                continue
+            detail = f"{row.provider} {row.pay_no} gave back {amount} by itself (trade cancel)"
+            await orders.record_events(
+                conn,
+                [row.order_id],
+                event="provider_refund",
+                actor=row.provider,
+                now=now,
+                detail=detail,
+            )
+            attempt = await payments.by_pay_no(conn, row.pay_no)
+            if attempt is not None and attempt.state == payments.PAID:
+                await payments.record_discrepancy(
+                    conn,
+                    kind="refunded_by_provider",
+                    order_id=row.order_id,
+                    payment_id=row.id,
+                    detail=f"{detail} after dueflow recorded it paid",
+                    now=now,
+                )
+                log.error("DISCREPANCY refunded_by_provider: %s after it was recorded paid", detail)
 
 
 async def close_attempts(

@@ -7,7 +7,11 @@ until it is final, and submits it again (same number) while the provider does no
 A refund the provider failed for good waits in ``failed`` for an operator: nothing submits it
 again by itself. The operator retries it, rejects it (with a reason: no money goes back) or
 records it settled off-line (with a reference, a bank transfer's number say); the last two are
-open to a refund in review too, and are final (:data:`CLOSABLE`).
+open to a refund in review or processing too, and are final (:data:`CLOSABLE`), once the
+provider says it neither paid this refund nor gave the trade back by itself.
+
+A refund the provider refuses because the trade's money went back already by its own doing
+(Alipay's cancel of a trade paid meanwhile) is ``already_refunded``: final, nothing went out.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dueflow.payments.base import RefundOutcome, RefundRequest, RefundResult
 from dueflow.service.deps import Deps
 from dueflow.store import orders, payments, timers
 from dueflow.store.payments import (
+    REFUND_ALREADY_REFUNDED,
     REFUND_FAILED,
     REFUND_PENDING_REVIEW,
     REFUND_PROCESSING,
@@ -44,13 +49,19 @@ STATES = (
     REFUND_FAILED,
     REFUND_REJECTED,
     REFUND_SETTLED_OFFLINE,
+    REFUND_ALREADY_REFUNDED,
 )
-#: The states an operator may close a refund from (reject, settle off-line): never a
-#: processing one, whose money may be on its way back through the provider.
-CLOSABLE = (REFUND_PENDING_REVIEW, REFUND_FAILED)
+#: The states an operator may close a refund from (reject, settle off-line), once the provider
+#: has said no money went back (:func:`_not_paid_meanwhile`): a processing refund too, so
+#: that none stays processing with nobody able to end it.
+CLOSABLE = (REFUND_PENDING_REVIEW, REFUND_FAILED, REFUND_PROCESSING)
 #: How long an operator's reason or reference may be (the API's limit too).
 NOTE_LENGTH = 200
-FINAL = {RefundResult.SUCCEEDED: REFUND_SUCCEEDED, RefundResult.FAILED: REFUND_FAILED}
+FINAL = {
+    RefundResult.SUCCEEDED: REFUND_SUCCEEDED,
+    RefundResult.FAILED: REFUND_FAILED,
+    RefundResult.ALREADY_REFUNDED: REFUND_ALREADY_REFUNDED,
+}
 #: Status answers after which the refund is submitted again, with the same number.
 RESUBMIT = frozenset({RefundResult.NOT_FOUND, RefundResult.UNKNOWN})
 #: The first look after a refund was submitted (Alipay asks for at least 10 s).
@@ -228,13 +239,13 @@ async def check_refunds(deps: Deps, batch: Sequence[Claimed]) -> None:
 
 
 async def reject(deps: Deps, refund_id: int, *, reason: str, actor: str = "operator") -> str:
-    """An operator rejects a refund in review or failed: no money goes back. Final; the reason
+    """An operator rejects a refund in review, failed or processing: no money goes back. Final; the reason
     is the order event's detail. Returns the refund's state (``rejected``).
 
     Raises:
         InvalidInput: the reason is empty, over 200 characters or not one line of text.
         NotFound: no such refund.
-        InvalidTransition: the refund is not in review or failed.
+        InvalidTransition: the refund is final, or the provider paid it back.
     """
     note = _note(reason, "reason")
     return await _close(deps, refund_id, to=REFUND_REJECTED, detail=note, actor=actor)
@@ -243,14 +254,14 @@ async def reject(deps: Deps, refund_id: int, *, reason: str, actor: str = "opera
 async def settle_offline(
     deps: Deps, refund_id: int, *, reference: str, actor: str = "operator"
 ) -> str:
-    """An operator records a refund in review or failed as paid back outside dueflow (a bank
+    """An operator records a refund in review, failed or processing as paid back outside dueflow (a bank
     transfer, say). Final; the reference is the order event's detail. Returns the refund's
     state (``settled_offline``).
 
     Raises:
         InvalidInput: the reference is empty, over 200 characters or not one line of text.
         NotFound: no such refund.
-        InvalidTransition: the refund is not in review or failed.
+        InvalidTransition: the refund is final, or the provider paid it back.
     """
     note = _note(reference, "reference")
     return await _close(deps, refund_id, to=REFUND_SETTLED_OFFLINE, detail=note, actor=actor)
@@ -271,7 +282,7 @@ def _note(value: str, what: str) -> str:
 async def _close(deps: Deps, refund_id: int, *, to: str, detail: str, actor: str) -> str:
     async with deps.db.read() as conn:
         found = await payments.refund_by_id(conn, refund_id)
-    if found is not None and found.state == REFUND_FAILED:
+    if found is not None and found.state in CLOSABLE:
         await _not_paid_meanwhile(deps, found)
     now = deps.clock.now()
     async with deps.db.write() as conn:
@@ -297,39 +308,57 @@ async def _close(deps: Deps, refund_id: int, *, to: str, detail: str, actor: str
 
 
 async def _not_paid_meanwhile(deps: Deps, row: Row[Any]) -> None:
-    """Before a failed refund is closed by hand: it may have been submitted again meanwhile (an
-    operator's retry whose answer is still on its way, a late answer that moved it back to
-    failed), so ask the provider; money it paid back is never recorded rejected or settled.
+    """Before a refund is closed by hand, ask the provider; money it paid back is never
+    recorded rejected or settled. A refund submitted (failed or processing) may have been paid
+    by its number (an operator's retry whose answer is still on its way, a late answer); any
+    refund's trade may have been given back by the provider itself (Alipay's cancel of a trade
+    paid meanwhile): settling that off-line would pay the buyer twice.
 
     Raises:
-        InvalidTransition: the provider paid it (now recorded succeeded) or is processing it.
+        InvalidTransition: the provider paid it or gave the trade back (now recorded
+            succeeded or already_refunded) or is processing it.
         ProviderUnavailable: the provider did not say where it stands.
     """
-    outcome = await _ask(deps, row, first=False)
-    if outcome.result in (RefundResult.FAILED, RefundResult.NOT_FOUND):
-        return
-    if outcome.result is RefundResult.UNKNOWN:
-        raise ProviderUnavailable(
-            f"cannot tell where refund {row.id} stands at {row.provider}; try again"
-        )
-    if outcome.result is RefundResult.PROCESSING:
+    asks = [] if row.state == REFUND_PENDING_REVIEW else [_ask(deps, row, first=False)]
+    asks.append(_on_its_own(deps, row))
+    for outcome in await asyncio.gather(*asks):
+        if outcome.result in (RefundResult.FAILED, RefundResult.NOT_FOUND):
+            continue
+        if outcome.result is RefundResult.UNKNOWN:
+            raise ProviderUnavailable(
+                f"cannot tell where refund {row.id} stands at {row.provider}; try again"
+            )
+        if outcome.result is RefundResult.PROCESSING:
+            raise InvalidTransition(
+                f"{row.provider} is still processing refund {row.id}", status=row.state
+            )
+        to = FINAL[outcome.result]
+        await _record_final(deps, row, to, outcome)
         raise InvalidTransition(
-            f"{row.provider} is still processing refund {row.id}", status=row.state
+            f"{row.provider} has paid refund {row.id} back ({outcome.reason}): it is {to} now",
+            status=to,
         )
+
+
+async def _on_its_own(deps: Deps, row: Row[Any]) -> RefundOutcome:
+    try:
+        return await deps.providers.get(row.provider).refunded_on_its_own(request_of(row))
+    except Exception as exc:  # the provider's trouble is never a final answer
+        log.exception("refund %s: provider call failed", row.refund_no)
+        return RefundOutcome(RefundResult.UNKNOWN, f"{type(exc).__name__}: {exc}")
+
+
+async def _record_final(deps: Deps, row: Row[Any], to: str, outcome: RefundOutcome) -> None:
+    """A refund the provider paid (or whose trade it gave back) while an operator was closing
+    it: recorded final from the state it was read in, with its order event."""
     now = deps.clock.now()
     async with deps.db.write() as conn:
-        if await payments.move_refund(
-            conn, row.id, expected=REFUND_FAILED, to=REFUND_SUCCEEDED, now=now
-        ):
+        if await payments.move_refund(conn, row.id, expected=row.state, to=to, now=now):
             await orders.record_events(
                 conn,
                 [row.order_id],
-                event=f"refund_{REFUND_SUCCEEDED}",
+                event=f"refund_{to}",
                 actor=row.provider,
                 now=now,
                 detail=f"{row.refund_no} {outcome.reason}".strip(),
             )
-    raise InvalidTransition(
-        f"{row.provider} has paid refund {row.id} back: it is succeeded now",
-        status=REFUND_SUCCEEDED,
-    )

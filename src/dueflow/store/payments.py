@@ -27,6 +27,9 @@ REFUND_FAILED = "failed"
 #: (``settled_offline``, a bank transfer say). Both are final.
 REFUND_REJECTED = "rejected"
 REFUND_SETTLED_OFFLINE = "settled_offline"
+#: Final: the provider had given the trade's money back by itself (Alipay's trade.cancel of a
+#: trade paid meanwhile); nothing went out through this refund, nobody pays it again.
+REFUND_ALREADY_REFUNDED = "already_refunded"
 
 
 async def insert_attempt(
@@ -156,6 +159,17 @@ _ANY_OPEN = (
 async def has_open(conn: AsyncConnection, order_id: int) -> bool:
     """Whether the order has an open attempt (one statement, built once: the confirm path)."""
     return (await conn.execute(_ANY_OPEN, {"p_order_id": order_id})).first() is not None
+
+
+async def record_provider_refund(conn: AsyncConnection, attempt_id: int, amount: Decimal) -> bool:
+    """Record what the provider gave back of the attempt on its own, once; False if it was
+    recorded already."""
+    result = await conn.execute(
+        update(payments)
+        .where(payments.c.id == attempt_id, payments.c.provider_refunded.is_(None))
+        .values(provider_refunded=amount)
+    )
+    return result.rowcount == 1
 
 
 async def record_start(conn: AsyncConnection, attempt_id: int, answer: str) -> bool:

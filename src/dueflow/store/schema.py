@@ -352,6 +352,9 @@ payments = Table(
     Column("handled_at", UTCDateTime),
     # What became of the start request: created | refused; NULL while (or if ever) unknown.
     Column("start_answer", String(16)),
+    # What the provider gave back of this attempt on its own, not through a refund of ours
+    # (Alipay's trade.cancel refunds a trade paid meanwhile); NULL: nothing known.
+    Column("provider_refunded", Money),
 )
 
 refunds = Table(
@@ -365,7 +368,8 @@ refunds = Table(
     Column("provider", String(16), nullable=False),
     Column("amount", Money, nullable=False),
     Column("reason", String(32), nullable=False),
-    # pending_review | processing | succeeded | failed
+    # pending_review | processing | succeeded | failed | rejected | settled_offline |
+    # already_refunded (the provider had given the money back by itself: none went out here)
     Column("state", String(16), nullable=False, index=True),
     Column("last_error", Text),
     Column("created_at", UTCDateTime, nullable=False),
@@ -478,7 +482,8 @@ notifications = Table(
     Column("body", LargeBinary(2**20), nullable=False),  # raw, at most the size limit
     Column("body_truncated", Boolean, nullable=False),
     Column("verified", Boolean, nullable=False),
-    # received | confirmed | duplicate | refund | refund_updated | recorded | rejected | error
+    # received | confirmed | duplicate | refund | refund_updated | provider_refund | recorded |
+    # rejected | error
     Column("outcome", String(32), nullable=False),
     Column("error", Text),
     Column("pay_no", String(32), index=True),

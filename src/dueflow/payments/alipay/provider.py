@@ -18,7 +18,8 @@ Close-or-query (``payment-protocols.md`` §2):
 * anything else (``ACQ.SYSTEM_ERROR``, other codes, HTTP trouble, a bad signature): unknown.
 
 Refunds: ``fund_change=Y`` succeeded, ``N`` processing (a repeated ``out_request_no``), a
-definite business ``sub_code`` failed, anything else unknown. The refund query answers
+definite business ``sub_code`` failed, ``ACQ.TRADE_STATUS_ERROR`` decided by asking the trade
+(already refunded by Alipay's own cancel, else failed), anything else unknown. The refund query answers
 ``REFUND_SUCCESS`` or nothing: nothing is "not found", and the refund is requested again.
 """
 
@@ -243,7 +244,50 @@ class AlipayProvider(PaymentProvider):
             return RefundOutcome(RefundResult.PROCESSING, "fund_change N: query the refund")
         if isinstance(sub_code, str) and sub_code in DEFINITE_REFUND_FAILURES:
             return RefundOutcome(RefundResult.FAILED, sub_code)
+        if sub_code == "ACQ.TRADE_STATUS_ERROR":
+            # The trade takes no refund: closed, or given back already. Ask the trade.
+            return await self._status_error(request)
         return RefundOutcome(RefundResult.UNKNOWN, _describe(content))
+
+    async def refunded_on_its_own(self, request: RefundRequest) -> RefundOutcome:
+        """``alipay.trade.fastpay.refund.query`` with ``out_request_no = out_trade_no``: a
+        refund made without a request number of ours (the one ``alipay.trade.cancel`` makes of
+        a paid trade) is found by the trade's own number (Alipay's docs)."""
+        biz = {"out_trade_no": request.pay_no, "out_request_no": request.pay_no}
+        try:
+            content = await self._call("alipay.trade.fastpay.refund.query", biz)
+        except _CallFailed as exc:
+            return RefundOutcome(RefundResult.UNKNOWN, exc.reason)
+        if content.get("code") != SUCCESS_CODE:
+            return RefundOutcome(RefundResult.UNKNOWN, _describe(content))
+        if content.get("refund_status") != "REFUND_SUCCESS":
+            return RefundOutcome(RefundResult.NOT_FOUND, "alipay gave nothing back by itself")
+        try:
+            refunded = money_wire.parse_alipay_amount(content.get("refund_amount"))
+        except NotificationRejected:
+            return RefundOutcome(RefundResult.UNKNOWN, "the refund query's amount is unreadable")
+        if refunded < request.amount:
+            return RefundOutcome(
+                RefundResult.NOT_FOUND, f"alipay gave back {refunded} by itself, not the whole"
+            )
+        return RefundOutcome(
+            RefundResult.ALREADY_REFUNDED, f"alipay gave back {refunded} by itself (trade cancel)"
+        )
+
+    async def _status_error(self, request: RefundRequest) -> RefundOutcome:
+        """A refund answered ``ACQ.TRADE_STATUS_ERROR``: already refunded by Alipay itself, or
+        a definite failure (the trade takes no refund), never an answer to submit again on."""
+        found = await self.refunded_on_its_own(request)
+        if found.result is RefundResult.NOT_FOUND:
+            return RefundOutcome(
+                RefundResult.FAILED,
+                f"ACQ.TRADE_STATUS_ERROR: the trade takes no refund; {found.reason}",
+            )
+        if found.result is RefundResult.UNKNOWN:
+            return RefundOutcome(
+                RefundResult.UNKNOWN, f"ACQ.TRADE_STATUS_ERROR; asking the trade: {found.reason}"
+            )
+        return found
 
     async def refund_status(self, request: RefundRequest) -> RefundOutcome:
         """``alipay.trade.fastpay.refund.query``: succeeded, or not found.
@@ -322,12 +366,14 @@ class AlipayProvider(PaymentProvider):
         if code == SUCCESS_CODE and content.get("retry_flag") != "Y":
             action = content.get("action") or "no trade yet"
             if action == "refund":
-                # Paid in the instant between close and cancel: Alipay gave the money back. The
-                # order is cancelled now (before its payment notification is likely applied);
-                # a notification applied after that is a paid_after_cancel refund in review,
-                # which Alipay refuses (already refunded): loud, for an operator to settle.
-                log.error("alipay cancel of %s refunded a payment made meanwhile", attempt.pay_no)
-                return CloseOutcome.closed("alipay cancel refunded a payment made meanwhile")
+                # Paid in the instant between close and cancel: Alipay gave the whole trade
+                # back (cancel refunds in full). The outcome carries the amount, which the
+                # caller records on the attempt: its payment notification, applied after the
+                # cancel, is then a discrepancy that needs no refund of ours.
+                log.warning("alipay cancel of %s refunded a payment made meanwhile", attempt.pay_no)
+                return CloseOutcome.closed(
+                    "alipay cancel refunded a payment made meanwhile", refunded=attempt.amount
+                )
             return CloseOutcome.closed(f"alipay cancelled the unscanned trade ({action})")
         if sub_code == "ACQ.TRADE_NOT_EXIST" and attempt.start is StartAnswer.REFUSED:
             return CloseOutcome.closed("never created: the precreate was refused")

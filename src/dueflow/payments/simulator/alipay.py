@@ -201,6 +201,7 @@ def _cancel(call: Call) -> Content:
     trade = call.state.trade(ALIPAY, out_trade_no) if out_trade_no else _find(call)
     if trade is None:
         return _not_exist()
+    call.state.paid_on_close(trade)  # a payment armed to land just before this cancel
     existed = call.state.visible_trade(ALIPAY, trade.out_trade_no) is not None
     action = call.state.cancel(trade)
     content: Content = {**SUCCESS, "out_trade_no": trade.out_trade_no, "retry_flag": "N"}

@@ -12,7 +12,8 @@
   held for ``hang_seconds`` and ends as a bare 504) or ``lost`` (nothing done, and the client
   sees what ``timeout`` shows: it cannot tell whether the call took effect).
 * ``POST /control/pay-on-close {"provider", "out_trade_no"}``: the buyer pays just as the next
-  close request for that trade arrives, so the close loses.
+  close request that reaches that trade arrives, so the close loses (an Alipay code nobody
+  scanned: the ``alipay.trade.cancel`` that voids it, which then refunds the payment).
 * ``POST /control/deliver``: send the notifications that are due now.
 * ``GET /control/state``: trades, refunds and notifications with their attempts.
 * ``GET /control/keys``: what a dueflow client needs (:class:`dueflow.payments.simulator.ClientConfig`).

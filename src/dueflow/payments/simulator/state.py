@@ -278,10 +278,7 @@ class SimulatorState:
             caller reads ``trade.status`` to say which).
         """
         self.advance()
-        if (trade.provider, trade.out_trade_no) in self._pay_on_close:
-            self._pay_on_close.discard((trade.provider, trade.out_trade_no))
-            if trade.status is TradeStatus.WAITING:
-                self.pay(trade)
+        self.paid_on_close(trade)
         if trade.status is not TradeStatus.WAITING:
             return False
         self._close(trade, self.now())
@@ -295,6 +292,7 @@ class SimulatorState:
             The action taken: ``close``, ``refund``, or ``""`` (closed or refunded already).
         """
         self.advance()
+        self.paid_on_close(trade)
         if trade.status is TradeStatus.WAITING:
             self._close(trade, self.now())
             return "close"
@@ -347,8 +345,17 @@ class SimulatorState:
         """The failure armed for this call, disarmed as it is taken."""
         return self._failures.pop((provider, operation), None)
 
+    def paid_on_close(self, trade: Trade) -> None:
+        """A close (or cancel) reaches the trade: the payment armed by pay-on-close, if any,
+        goes through first (an Alipay code nobody scanned is reached by cancel only)."""
+        if (trade.provider, trade.out_trade_no) in self._pay_on_close:
+            self._pay_on_close.discard((trade.provider, trade.out_trade_no))
+            if trade.status is TradeStatus.WAITING:
+                self.pay(trade)
+
     def arm_pay_on_close(self, trade: Trade) -> None:
-        """Make the buyer pay this trade just as the next close request for it arrives."""
+        """Make the buyer pay this trade just as the next close (or Alipay cancel) request
+        that reaches it arrives."""
         self._pay_on_close.add((trade.provider, trade.out_trade_no))
 
     def due_notifications(self, now: datetime) -> list[Notification]:

@@ -1,0 +1,151 @@
+"""A payment Alipay gave back by itself is never refunded again (issue 23 item 1).
+
+The buyer cancels while paying an Alipay code nobody had scanned: close finds no trade, so the
+code is voided with ``alipay.trade.cancel``, and the buyer's payment lands just before it:
+Alipay refunds it (``action: refund``) and the order is cancelled. The payment's notification
+then arrives. Reproduced with the real simulator (pay-on-close arms the payment at the cancel),
+on SQLite and PostgreSQL: the attempt records what Alipay gave back, the late notification's
+discrepancy says so and creates no refund; a refund of ours for such a trade (the cancel's
+answer lost, say) ends ``already_refunded`` when approved, never processing for good, and is
+never settled off-line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from dueflow import bootstrap
+from dueflow.api.app import create_app as dueflow_app
+from dueflow.clock import FakeClock
+from dueflow.config import load_settings
+from dueflow.exceptions import InvalidTransition
+from dueflow.payments.simulator import SimulatorConfig
+from dueflow.payments.simulator.app import create_app as simulator_app
+from dueflow.service import accounts, orders, payments, refunds
+from dueflow.store import payments as pay_store
+from dueflow.store import schema
+from tests.conftest import START, _reset_server_database
+from tests.unit.payments.test_payment_flow import Forward, Market
+
+
+@pytest.fixture
+async def market(backend_url: str) -> AsyncIterator[Market]:
+    """test_payment_flow's market (dueflow and the simulator calling each other), on each
+    database in turn."""
+    clock = FakeClock(START)
+    forward = Forward()
+    config = SimulatorConfig.generate(clock=clock, transport=forward)
+    sim = simulator_app(config)
+    settings = load_settings(
+        database_url=backend_url,
+        public_url="http://dueflow",
+        **dataclasses.asdict(config.client_config("http://sim")),
+    )
+    async with (
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=sim), base_url="http://sim") as http,
+        bootstrap.running(settings, clock=clock, http=http, migrate_sqlite=False) as deps,
+    ):
+        if deps.db.dialect != "sqlite":
+            await _reset_server_database(deps.db)
+        app = dueflow_app(deps)
+        forward.app = app
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://dueflow"
+        ) as client:
+            seller, _ = await accounts.add_user(deps, "seller")
+            buyer, _ = await accounts.add_user(deps, "buyer")
+            yield Market(deps, clock, http, client, config, seller.id, buyer.id)
+
+
+async def sim_trade(market: Market, pay_no: str) -> dict[str, Any]:
+    state = (await market.sim.get("/control/state")).json()
+    (trade,) = [t for t in state["trades"] if t["out_trade_no"] == pay_no]
+    return dict(trade)
+
+
+async def rows(market: Market, table: Any) -> list[dict[str, Any]]:
+    async with market.deps.db.read() as conn:
+        found = await conn.execute(select(table).order_by(table.c.id))
+        return [dict(r._mapping) for r in found.all()]
+
+
+async def cancel_while_paid(market: Market) -> tuple[int, str]:
+    """The race, in the order that loses money: the buyer opens an Alipay code, cancels, and
+    pays just as the cancel's ``alipay.trade.cancel`` reaches the code."""
+    order_id = await market.order()
+    pay_no, _ = await payments.start_payment(
+        market.deps, order_id=order_id, user_id=market.buyer, provider="alipay"
+    )
+    armed = await market.sim.post(
+        "/control/pay-on-close", json={"provider": "alipay", "out_trade_no": pay_no}
+    )
+    assert armed.status_code == 200, armed.text
+    await orders.cancel_by_buyer(market.deps, order_id=order_id, user_id=market.buyer)
+    return order_id, pay_no
+
+
+async def test_a_payment_alipay_refunded_at_the_cancel_is_not_refunded_again(market):
+    order_id, pay_no = await cancel_while_paid(market)
+    assert await market.status(order_id) == "cancelled_unpaid"
+    trade = await sim_trade(market, pay_no)
+    assert (trade["paid_at"] is not None, trade["refunded"]) == (True, "88.00")
+    (attempt,) = await rows(market, schema.payments)
+    assert attempt["provider_refunded"] == Decimal("88.00")
+
+    await market.sim.post("/control/deliver")  # the payment's notification arrives late
+    # Alipay's notification of its own refund is taken (not refused), then the payment's.
+    assert sorted(await market.inbox()) == [
+        ("alipay", "provider_refund", True),
+        ("alipay", "refund", True),
+    ]
+    (attempt,) = await rows(market, schema.payments)
+    assert attempt["state"] == pay_store.PAID
+    (found,) = await rows(market, schema.discrepancies)
+    assert found["kind"] == "paid_after_cancel"
+    assert "alipay already gave back 88.00: no refund due" in found["detail"]
+    assert await rows(market, schema.refunds) == []  # nothing for an operator to pay back
+    events = [e["event"] for e in (await orders.order_view(market.deps, order_id))["timeline"]]
+    assert "provider_refund" in events and "refund_created" not in events
+    trade = await sim_trade(market, pay_no)
+    assert trade["refunded"] == "88.00"
+
+
+async def test_a_refund_of_a_trade_alipay_gave_back_ends_already_refunded(market):
+    """The cancel's answer was not recorded (an older dueflow, a crash before the write): the
+    late notification makes a refund in review. Approving it asks the trade, finds Alipay gave
+    it back, and ends it already_refunded; settling it off-line is refused."""
+    _, pay_no = await cancel_while_paid(market)
+    async with market.deps.db.write() as conn:  # as if the cancel's answer had been lost
+        await conn.execute(schema.payments.update().values(provider_refunded=None))
+    await market.sim.post("/control/deliver")
+    (refund,) = await rows(market, schema.refunds)
+    assert refund["state"] == "pending_review"
+
+    with pytest.raises(InvalidTransition, match="already_refunded"):
+        await refunds.settle_offline(market.deps, refund["id"], reference="bank 1")
+    (refund,) = await rows(market, schema.refunds)
+    assert refund["state"] == "already_refunded"
+    trade = await sim_trade(market, pay_no)
+    assert trade["refunded"] == "88.00"
+
+
+async def test_approving_such_a_refund_ends_it_at_once(market):
+    _, pay_no = await cancel_while_paid(market)
+    async with market.deps.db.write() as conn:
+        await conn.execute(schema.payments.update().values(provider_refunded=None))
+    await market.sim.post("/control/deliver")
+    (refund,) = await rows(market, schema.refunds)
+    assert await refunds.approve(market.deps, refund["id"]) == "already_refunded"
+    (refund,) = await rows(market, schema.refunds)
+    assert refund["state"] == "already_refunded"
+    timers = await rows(market, schema.timers)
+    live = ("scheduled", "claimed")
+    assert not [t for t in timers if t["kind"] == "refund_check" and t["state"] in live]
+    assert (await sim_trade(market, pay_no))["refunded"] == "88.00"
