@@ -74,6 +74,11 @@ class Metrics:
         )
         self.discrepancies = Gauge("dueflow_discrepancies", "Recorded discrepancies.", registry=r)
         self.refunds = Gauge("dueflow_refunds", "Refunds by state.", ["state"], registry=r)
+        self.refund_processing = Gauge(
+            "dueflow_refund_processing_oldest_seconds",
+            "How long the longest-processing refund has been processing (0: none is).",
+            registry=r,
+        )
         self.orders = Gauge("dueflow_orders", "Orders by status.", ["status"], registry=r)
         self.lock_bypassed = Counter(
             "dueflow_lock_bypassed_total",
@@ -193,6 +198,7 @@ class Metrics:
         for status, count in snapshot.orders.items():
             self.orders.labels(status).set(count)
         self.events_backlog.set(snapshot.event_backlog)
+        self.refund_processing.set(snapshot.refund_processing_seconds)
 
     def claimed(self, kind: str, deadlines: Sequence[tuple[datetime, int]], now: datetime) -> None:
         """A worker took timers of ``kind``: (deadline, attempts) each."""

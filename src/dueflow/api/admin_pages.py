@@ -290,6 +290,7 @@ def _view_routes(routes: APIRouter, pages: Pages) -> None:
             invariants=await report.check_invariants(deps),
             events=await events.delivery_status(deps),
             seats=await report.seats_taken(deps),
+            processing=await refunds.list_refunds(deps, state="processing", limit=10),
             refresh=5,
         )
 

@@ -42,6 +42,14 @@ class Snapshot:
     discrepancies: int
     #: Order events the events webhook has not delivered yet.
     event_backlog: int = 0
+    #: When the longest-processing refund was submitted; None if no refund is processing.
+    refund_processing_since: datetime | None = None
+
+    @property
+    def refund_processing_seconds(self) -> float:
+        """How long the longest-processing refund has been processing (0: none is)."""
+        since = self.refund_processing_since
+        return 0.0 if since is None else max(0.0, (self.at - since).total_seconds())
 
 
 @dataclass
@@ -105,6 +113,7 @@ async def snapshot(deps: Deps) -> Snapshot:
             refunds=await payments.count_refunds_by_state(conn),
             discrepancies=await payments.count_discrepancies(conn),
             event_backlog=await events.backlog(conn),
+            refund_processing_since=await payments.processing_since(conn),
         )
 
 

@@ -311,6 +311,13 @@ async def refunds_in(
     return list((await conn.execute(query)).all())
 
 
+async def processing_since(conn: AsyncConnection) -> datetime | None:
+    """When the longest-processing refund became processing (its last move); None if none is."""
+    query = select(func.min(refunds.c.updated_at)).where(refunds.c.state == REFUND_PROCESSING)
+    since: datetime | None = (await conn.execute(query)).scalar_one_or_none()
+    return since
+
+
 async def move_refund(
     conn: AsyncConnection,
     refund_id: int,

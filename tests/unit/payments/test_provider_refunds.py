@@ -14,25 +14,32 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from sqlalchemy import select
 
 from dueflow import bootstrap
+from dueflow.api.app import create_app
 from dueflow.api.app import create_app as dueflow_app
 from dueflow.clock import FakeClock
 from dueflow.config import load_settings
 from dueflow.exceptions import InvalidTransition
+from dueflow.payments.base import RefundResult, VerifiedPayment
 from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator.app import create_app as simulator_app
 from dueflow.service import accounts, orders, payments, refunds
 from dueflow.store import payments as pay_store
 from dueflow.store import schema
 from tests.conftest import START, _reset_server_database
+from tests.unit.api.test_admin_pages import log_in
 from tests.unit.payments.test_payment_flow import Forward, Market
+from tests.unit.test_refund_actions import ROOT
+from tests.unit.test_refunds import ScriptedProvider, unshipped_refund, use
 
 
 @pytest.fixture
@@ -91,6 +98,18 @@ async def cancel_while_paid(market: Market) -> tuple[int, str]:
     return order_id, pay_no
 
 
+async def late_payment_unknown_refund(market: Market, pay_no: str) -> None:
+    """As if the cancel's answer had been lost: the attempt does not know what Alipay gave
+    back when the payment is applied (through the notifications' confirm path), so a refund
+    in review is made; the notifications (Alipay's own refund among them) come after."""
+    async with market.deps.db.write() as conn:
+        await conn.execute(schema.payments.update().values(provider_refunded=None))
+    trade = await sim_trade(market, pay_no)
+    paid = VerifiedPayment(pay_no, Decimal("88.00"), trade["trade_no"])
+    assert await payments.confirm_payment(market.deps, paid, actor="alipay") == "refund"
+    await market.sim.post("/control/deliver")
+
+
 async def test_a_payment_alipay_refunded_at_the_cancel_is_not_refunded_again(market):
     order_id, pay_no = await cancel_while_paid(market)
     assert await market.status(order_id) == "cancelled_unpaid"
@@ -122,9 +141,7 @@ async def test_a_refund_of_a_trade_alipay_gave_back_ends_already_refunded(market
     late notification makes a refund in review. Approving it asks the trade, finds Alipay gave
     it back, and ends it already_refunded; settling it off-line is refused."""
     _, pay_no = await cancel_while_paid(market)
-    async with market.deps.db.write() as conn:  # as if the cancel's answer had been lost
-        await conn.execute(schema.payments.update().values(provider_refunded=None))
-    await market.sim.post("/control/deliver")
+    await late_payment_unknown_refund(market, pay_no)
     (refund,) = await rows(market, schema.refunds)
     assert refund["state"] == "pending_review"
 
@@ -138,9 +155,7 @@ async def test_a_refund_of_a_trade_alipay_gave_back_ends_already_refunded(market
 
 async def test_approving_such_a_refund_ends_it_at_once(market):
     _, pay_no = await cancel_while_paid(market)
-    async with market.deps.db.write() as conn:
-        await conn.execute(schema.payments.update().values(provider_refunded=None))
-    await market.sim.post("/control/deliver")
+    await late_payment_unknown_refund(market, pay_no)
     (refund,) = await rows(market, schema.refunds)
     assert await refunds.approve(market.deps, refund["id"]) == "already_refunded"
     (refund,) = await rows(market, schema.refunds)
@@ -149,3 +164,32 @@ async def test_approving_such_a_refund_ends_it_at_once(market):
     live = ("scheduled", "claimed")
     assert not [t for t in timers if t["kind"] == "refund_check" and t["state"] in live]
     assert (await sim_trade(market, pay_no))["refunded"] == "88.00"
+
+
+async def test_a_long_processing_refund_is_seen_and_can_be_closed(world):
+    """A refund the provider keeps answering unknown stays processing: the dashboard lists it,
+    the metric says how long, an alert rule watches it, and an operator closes it once the
+    provider says it neither paid it nor gave the trade back."""
+    use(world, ScriptedProvider([RefundResult.UNKNOWN, RefundResult.NOT_FOUND]))
+    _, refund_id = await unshipped_refund(world, "scripted")
+    assert await refunds.approve(world.deps, refund_id) == "processing"
+    world.clock.advance(timedelta(hours=2))
+    _, token = await accounts.add_user(world.deps, "root", admin=True)
+    app = create_app(world.deps, session_secret="s" * 32)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://dueflow"
+    ) as client:
+        metrics = (await client.get("/metrics")).text
+        assert "dueflow_refund_processing_oldest_seconds 7200.0" in metrics
+        await log_in(client, token)
+        page = (await client.get("/admin")).text
+        assert 'class="card alarm" id="processing-refunds"' in page
+        assert f'<a href="/admin/refunds?state=processing">{refund_id}</a>' in page
+        assert await refunds.reject(world.deps, refund_id, reason="never reached alipay") == (
+            "rejected"
+        )
+        metrics = (await client.get("/metrics")).text
+        assert "dueflow_refund_processing_oldest_seconds 0.0" in metrics
+    rules = yaml.safe_load((ROOT / "docs" / "alerts.yml").read_text())["groups"][0]["rules"]
+    [rule] = [r for r in rules if "dueflow_refund_processing_oldest_seconds" in r["expr"]]
+    assert rule["expr"].replace(" ", "") == "max(dueflow_refund_processing_oldest_seconds)>3600"
