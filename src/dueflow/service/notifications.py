@@ -30,8 +30,8 @@ from dueflow.exceptions import (
     WrongMerchant,
 )
 from dueflow.payments.base import NotificationEvent, ProviderNotification, VerifiedPayment
+from dueflow.service import given_back, refunds
 from dueflow.service import payments as payment_service
-from dueflow.service import refunds
 from dueflow.service.deps import Deps
 from dueflow.store import notifications, payments
 
@@ -168,7 +168,7 @@ async def _provider_refund(
         amount = parse_yuan(note.refund.reason)
     except InvalidInput:
         amount = attempt.amount
-    await payment_service.record_provider_refunds(deps, [(attempt, amount)], deps.clock.now())
+    await given_back.record(deps, [(attempt, amount)], deps.clock.now())
     async with deps.db.write() as conn:
         await _verdict(conn, inbox_id, note, outcome="provider_refund")
     return "provider_refund"

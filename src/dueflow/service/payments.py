@@ -38,6 +38,7 @@ from dueflow.payments.base import (
     StartAnswer,
     VerifiedPayment,
 )
+from dueflow.service import given_back
 from dueflow.service.deps import Deps
 from dueflow.store import holds, orders, payments, shows, timers
 
@@ -52,6 +53,9 @@ class PaymentOutcome(StrEnum):
     CONFIRMED = "confirmed"
     DUPLICATE = "duplicate"
     REFUND = "refund"
+    #: The provider gave this payment back by itself before it was applied, the order still
+    #: awaiting payment: a discrepancy, the order is not moved and nothing is refunded.
+    GIVEN_BACK = "given_back"
 
 
 #: A payment is not started this close to the pay deadline.
@@ -169,6 +173,10 @@ async def apply_payment(
         assert order is not None  # a foreign key
         order_type, flow_name = str(order.order_type), str(order.flow)
         order_status = str(order.status)
+    if order_status == OrderStatus.PENDING_PAYMENT and given_back.covers(attempt):
+        # The order holds none of this money: it is not moved.
+        await given_back.record_late_payment(conn, attempt, payment, now=now, actor=actor)
+        return PaymentOutcome.GIVEN_BACK, []
     await payments.mark_paid(conn, attempt.id, provider_trade_no=payment.provider_trade_no, now=now)
     # Where paying moves the order in its flow, and the deadline that status waits on, if any.
     flow = lifecycle.lifecycle(flow_name)
@@ -228,10 +236,10 @@ async def _refund_late_payment(
     detail = (
         f"{attempt.provider} {attempt.pay_no} paid {attempt.amount} while the order is {status}"
     )
-    given_back = attempt.provider_refunded
-    owed = given_back is None or given_back < attempt.amount
+    owed = not given_back.covers(attempt)
     if not owed:
-        detail = f"{detail}; {attempt.provider} already gave back {given_back}: no refund due"
+        returned = attempt.provider_refunded
+        detail = f"{detail}; {attempt.provider} already gave back {returned}: no refund due"
     order_id = attempt.order_id
     await payments.record_discrepancy(
         conn, kind=kind, order_id=order_id, payment_id=attempt.id, detail=detail, now=now
@@ -365,44 +373,10 @@ async def close_each(
                 return row, CloseOutcome.unknown(f"{type(exc).__name__}: {exc}")
 
     outcomes = list(await asyncio.gather(*(one(row) for row in attempts)))
-    given_back = [(row, o.refunded) for row, o in outcomes if o.refunded is not None]
-    if given_back:
-        await record_provider_refunds(deps, given_back, now)
+    returned = [(row, o.refunded) for row, o in outcomes if o.refunded is not None]
+    if returned:
+        await given_back.record(deps, returned, now)
     return outcomes
-
-
-async def record_provider_refunds(
-    deps: Deps, given_back: Sequence[tuple[Row[Any], Decimal]], now: datetime
-) -> None:
-    """A provider gave payments back by itself (a close, Alipay's cancel of a trade paid
-    meanwhile; or its notification of that refund): the fact is written at once, once per
-    attempt, whatever the caller then does, so the payment's notification finds it
-    and needs no refund of ours. An attempt already recorded paid (its notification came
-    first) is a discrepancy for an operator: the order holds money the provider gave back."""
-    async with deps.db.write() as conn:
-        for row, amount in given_back:
-            if not await payments.record_provider_refund(conn, row.id, amount):
-                continue
-            detail = f"{row.provider} {row.pay_no} gave back {amount} by itself (trade cancel)"
-            await orders.record_events(
-                conn,
-                [row.order_id],
-                event="provider_refund",
-                actor=row.provider,
-                now=now,
-                detail=detail,
-            )
-            attempt = await payments.by_pay_no(conn, row.pay_no)
-            if attempt is not None and attempt.state == payments.PAID:
-                await payments.record_discrepancy(
-                    conn,
-                    kind="refunded_by_provider",
-                    order_id=row.order_id,
-                    payment_id=row.id,
-                    detail=f"{detail} after dueflow recorded it paid",
-                    now=now,
-                )
-                log.error("DISCREPANCY refunded_by_provider: %s after it was recorded paid", detail)
 
 
 async def close_attempts(

@@ -28,8 +28,8 @@ from dueflow.api.app import create_app
 from dueflow.api.app import create_app as dueflow_app
 from dueflow.clock import FakeClock
 from dueflow.config import load_settings
-from dueflow.exceptions import InvalidTransition
-from dueflow.payments.base import RefundResult, VerifiedPayment
+from dueflow.exceptions import InvalidTransition, ProviderUnavailable
+from dueflow.payments.base import RefundRequest, RefundResult, VerifiedPayment
 from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator.app import create_app as simulator_app
 from dueflow.service import accounts, orders, payments, refunds
@@ -48,7 +48,7 @@ async def market(backend_url: str) -> AsyncIterator[Market]:
     database in turn."""
     clock = FakeClock(START)
     forward = Forward()
-    config = SimulatorConfig.generate(clock=clock, transport=forward)
+    config = SimulatorConfig.generate(clock=clock, transport=forward, hang_seconds=0.01)
     sim = simulator_app(config)
     settings = load_settings(
         database_url=backend_url,
@@ -193,3 +193,83 @@ async def test_a_long_processing_refund_is_seen_and_can_be_closed(world):
     rules = yaml.safe_load((ROOT / "docs" / "alerts.yml").read_text())["groups"][0]["rules"]
     [rule] = [r for r in rules if "dueflow_refund_processing_oldest_seconds" in r["expr"]]
     assert rule["expr"].replace(" ", "") == "max(dueflow_refund_processing_oldest_seconds)>3600"
+
+
+async def test_a_trade_refunded_by_another_number_fails_the_refund_for_good(market):
+    """ACQ.TRADE_STATUS_ERROR on a trade Alipay did not give back by itself (refunded in full
+    under another number): a definite failure for an operator, never resubmitted forever."""
+    order_id = await market.order()
+    pay_no, _ = await payments.start_payment(
+        market.deps, order_id=order_id, user_id=market.buyer, provider="alipay"
+    )
+    await market.pay("alipay", pay_no)
+    alipay = market.deps.providers.get("alipay")
+    amount = Decimal("88.00")
+    first = RefundRequest("X1", pay_no, amount, amount, "elsewhere")
+    assert (await alipay.refund(first)).result is RefundResult.SUCCEEDED
+    again = await alipay.refund(RefundRequest("X2", pay_no, amount, amount, "again"))
+    assert again.result is RefundResult.FAILED
+    assert "ACQ.TRADE_STATUS_ERROR" in again.reason
+
+
+async def test_wechat_pays_no_refund_at_a_cancel(market):
+    """WeChat Pay's close never refunds: a payment landing as the cancel's close arrives is
+    found paid and confirmed (the cancel is refused), nothing is given back."""
+    order_id = await market.order()
+    pay_no, _ = await payments.start_payment(
+        market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
+    )
+    await market.sim.post(
+        "/control/pay-on-close", json={"provider": "wechatpay", "out_trade_no": pay_no}
+    )
+    with pytest.raises(InvalidTransition, match="paid meanwhile"):
+        await orders.cancel_by_buyer(market.deps, order_id=order_id, user_id=market.buyer)
+    await market.sim.post("/control/deliver")
+    assert await market.status(order_id) == "pending_shipment"
+    (attempt,) = await rows(market, schema.payments)
+    assert (attempt["state"], attempt["provider_refunded"]) == ("paid", None)
+    assert await rows(market, schema.refunds) == []
+    assert (await sim_trade(market, pay_no))["refunded"] == "0.00"
+
+
+async def test_a_cancel_whose_refund_answer_was_lost_leaves_no_paid_order_unflagged(market):
+    """The cancel's alipay.trade.cancel refunds the payment made meanwhile, but its answer is
+    lost (a 504): the cancel is refused, the order still awaits payment. Whichever of the two
+    notifications (the payment, Alipay's refund) comes first, the money Alipay gave back is
+    recorded, a refunded_by_provider discrepancy says so, and nothing is refunded by us."""
+    order_id = await market.order()
+    pay_no, _ = await payments.start_payment(
+        market.deps, order_id=order_id, user_id=market.buyer, provider="alipay"
+    )
+    await market.sim.post(
+        "/control/pay-on-close", json={"provider": "alipay", "out_trade_no": pay_no}
+    )
+    await market.sim.post(
+        "/control/fail-next", json={"provider": "alipay", "method": "cancel", "mode": "timeout"}
+    )
+    with pytest.raises(ProviderUnavailable):
+        await orders.cancel_by_buyer(market.deps, order_id=order_id, user_id=market.buyer)
+    await market.sim.post("/control/deliver")
+    (attempt,) = await rows(market, schema.payments)
+    assert (attempt["state"], attempt["provider_refunded"]) == ("paid", Decimal("88.00"))
+    kinds = [d["kind"] for d in await rows(market, schema.discrepancies)]
+    assert kinds == ["refunded_by_provider"]
+    assert await rows(market, schema.refunds) == []
+    assert (await sim_trade(market, pay_no))["refunded"] == "88.00"
+
+
+async def test_a_payment_given_back_before_it_is_applied_does_not_pay_the_order(market):
+    """Alipay's refund notice applied first: the payment's notification then moves nothing."""
+    order_id = await market.order()
+    pay_no, _ = await payments.start_payment(
+        market.deps, order_id=order_id, user_id=market.buyer, provider="alipay"
+    )
+    async with market.deps.db.write() as conn:
+        await conn.execute(schema.payments.update().values(provider_refunded=Decimal("88.00")))
+    paid = VerifiedPayment(pay_no, Decimal("88.00"), "T1")
+    outcome = await payments.confirm_payment(market.deps, paid, actor="alipay")
+    assert outcome == "given_back"
+    assert await market.status(order_id) == "pending_payment"
+    (found,) = await rows(market, schema.discrepancies)
+    assert found["kind"] == "refunded_by_provider"
+    assert await rows(market, schema.refunds) == []
