@@ -185,6 +185,9 @@ async def test_a_long_processing_refund_is_seen_and_can_be_closed(world):
         page = (await client.get("/admin")).text
         assert 'class="card alarm" id="processing-refunds"' in page
         assert f'<a href="/admin/refunds?state=processing">{refund_id}</a>' in page
+        queue = (await client.get("/admin/refunds?state=processing")).text
+        assert f'action="/admin/refunds/{refund_id}/reject"' in queue
+        assert f'action="/admin/refunds/{refund_id}/settle-offline"' in queue
         assert await refunds.reject(world.deps, refund_id, reason="never reached alipay") == (
             "rejected"
         )
