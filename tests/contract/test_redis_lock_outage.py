@@ -6,7 +6,6 @@ back the locks are used again. The shared Redis server itself is never stopped."
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,64 +19,9 @@ from dueflow.service import accounts, orders, payments
 from tests.conftest import eventually
 from tests.contract.conftest import REDIS_URL
 from tests.contract.test_redis_locks import TTL, Market, locked_market, wechat_paid
+from tests.proxy import Proxy
 
 pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("redis_available")]
-
-
-class Proxy:
-    """A TCP proxy on 127.0.0.1 to the real Redis, which the test can cut and bring back."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.upstream = (host, port)
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._sockets: set[asyncio.StreamWriter] = set()
-        self._pipes: set[asyncio.Task[None]] = set()
-        #: Break the connection instead of passing on Redis's next reply (the command was
-        #: applied, its answer lost).
-        self.lose_next_reply = False
-
-    async def start(self) -> None:
-        """Listen (again, on the same port once it has one)."""
-        self._server = await asyncio.start_server(
-            self._accept, "127.0.0.1", self.port, reuse_address=True
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def cut(self) -> None:
-        """Stop listening and break every open connection (a reset, as a dead server gives)."""
-        assert self._server is not None
-        self._server.close()
-        for writer in self._sockets:
-            writer.transport.abort()
-        await asyncio.gather(*self._pipes, return_exceptions=True)
-        self._sockets.clear()
-        self._server = None
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
-        self._sockets |= {writer, up_writer}
-        pipes = [
-            asyncio.create_task(self._pipe(reader, up_writer)),
-            asyncio.create_task(self._pipe(up_reader, writer, replies=True)),
-        ]
-        self._pipes.update(pipes)
-        await asyncio.gather(*pipes, return_exceptions=True)
-
-    async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, replies: bool = False
-    ) -> None:
-        try:
-            while data := await reader.read(65536):
-                if replies and self.lose_next_reply:
-                    self.lose_next_reply = False
-                    break
-                writer.write(data)
-                await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.transport.abort()
 
 
 @pytest.fixture
@@ -88,7 +32,7 @@ async def proxy() -> AsyncIterator[Proxy]:
     try:
         yield made
     finally:
-        if made._server is not None:
+        if made.listening:
             await made.cut()
 
 
