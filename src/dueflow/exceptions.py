@@ -22,6 +22,8 @@ The tree::
     │   └── TimerNotWaiting          run now: the timer is claimed by a worker, done or cancelled
     ├── BackendError                 a database, trigger or notifier failed
     │   ├── BackendUnavailable       it cannot be reached
+    │   │   └── DatabaseUnavailable  the database cannot be reached (refused, reset, timed out,
+    │   │                            a host that does not resolve)
     │   ├── Busy                     it is locked by someone else right now: try again
     │   └── DeliveryUnknown          a notifier sent but got no answer: it may have been delivered
     ├── ProviderError                a payment provider failed
@@ -186,6 +188,10 @@ class BackendUnavailable(BackendError):
     """A backend cannot be reached."""
 
     code = "backend_unavailable"
+
+
+class DatabaseUnavailable(BackendUnavailable):
+    """The database is unavailable; try again later."""
 
 
 class Busy(BackendError):

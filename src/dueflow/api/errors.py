@@ -6,8 +6,9 @@ JSON at all), Starlette's own HTTP errors keep their status in the same shape, a
 :data:`MAX_BODY` bytes is refused with 413 before it is read whole.
 
 What went wrong inside a backend is the operators' business, not the client's: a backend that
-cannot be reached (and any other 5xx of ours) is answered with its class's generic message, the
-detail (a driver's or a client library's text) goes to the log only (:func:`public_message`).
+cannot be reached (and any other 5xx of ours) is answered with its class's generic message (an
+unreachable database's names the database), the detail (a driver's or a client library's text)
+goes to the log only, a line a second at most for one kind of trouble (:func:`public_message`).
 An exception nobody expected is a 500 ``internal_error`` in the same shape.
 """
 
@@ -25,6 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dueflow import exceptions as errors
+from dueflow import logs
 from dueflow.api.schemas import ErrorBody, ErrorDetail
 
 log = logging.getLogger(__name__)
@@ -115,7 +117,17 @@ async def dueflow_error(request: Request, exc: Exception) -> JSONResponse:
     status = status_of(exc)
     message = public_message(exc)
     if message != exc.message:
-        log.warning("%s %s answered %d: %s", request.method, request.url.path, status, exc.message)
+        # An outage fails request after request alike: a line a second says so.
+        logs.throttled(
+            log,
+            logging.WARNING,
+            f"{status} {exc.message}",
+            "%s %s answered %d: %s",
+            request.method,
+            request.url.path,
+            status,
+            exc.message,
+        )
     return JSONResponse(error_body(exc.code, message), status)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from dueflow.exceptions import DueflowError
+from dueflow import logs
 from dueflow.service.deps import Deps
 from dueflow.store import migrate
 
@@ -29,8 +29,8 @@ async def not_ready(deps: Deps) -> dict[str, str]:
     problems: dict[str, str] = {}
     try:
         found = await asyncio.wait_for(migrate.revisions(deps.db), CHECK_SECONDS)
-    except (DueflowError, TimeoutError) as exc:
-        log.warning("not ready: the database: %s", exc)
+    except Exception as exc:  # whatever fails the check (a bug too) makes "not ready", not a 500
+        logs.throttled(log, logging.WARNING, "database", "not ready: the database: %r", exc)
         problems["database"] = "the database does not answer"
     else:
         behind = migrate.behind(found)
@@ -38,7 +38,14 @@ async def not_ready(deps: Deps) -> dict[str, str]:
             problems["schema"] = f"{behind}: run `dueflow migrate`"
     try:
         await asyncio.wait_for(deps.trigger.ping(), CHECK_SECONDS)
-    except (DueflowError, TimeoutError) as exc:
-        log.warning("not ready: the %s trigger: %s", deps.trigger.scheme, exc)
+    except Exception as exc:
+        logs.throttled(
+            log,
+            logging.WARNING,
+            "trigger",
+            "not ready: the %s trigger: %r",
+            deps.trigger.scheme,
+            exc,
+        )
         problems["trigger"] = f"the {deps.trigger.scheme} trigger's backend does not answer"
     return problems

@@ -19,11 +19,13 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from dueflow import logs
 from dueflow.exceptions import (
     BackendUnavailable,
     Busy,
     ConfigError,
     Conflict,
+    DatabaseUnavailable,
     DueflowError,
     UnstorableValue,
 )
@@ -57,6 +59,10 @@ SQLITE_INLINE_POOL = 64
 #: ``PRAGMA synchronous`` in WAL mode: NORMAL syncs only at checkpoints (a power cut may lose the
 #: last commits, never the file); FULL syncs the WAL at each commit, off the event loop.
 SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
+#: Seconds a new PostgreSQL or MySQL connection may take, handshake included, before the server
+#: counts as unreachable (asyncpg waits 60 s; asyncmy bounds the TCP connect only, so a server
+#: that accepts and never answers held a request for good).
+CONNECT_SECONDS = 5.0
 
 
 def async_url(url: str) -> str:
@@ -78,6 +84,31 @@ def async_url(url: str) -> str:
     if "+" in parsed.drivername:
         return url
     return parsed.set(drivername=_ASYNC_DRIVERS[backend]).render_as_string(hide_password=False)
+
+
+def _bounded_connect(engine: AsyncEngine) -> None:
+    """Make each connection ``engine`` opens give up after :data:`CONNECT_SECONDS`, and a server
+    not reached fail as the driver's OperationalError, a DB-API error like any other (so
+    :func:`translate` takes it). asyncpg raises the socket's own error (ConnectionRefusedError,
+    socket.gaierror for a host that does not resolve), which SQLAlchemy passes on as it is: it
+    reached the API's handler as a 500 with a traceback, request after request."""
+    dbapi = engine.dialect.loaded_dbapi
+    driver_connect = getattr(dbapi, engine.dialect.driver).connect
+
+    async def connect(*args: Any, **kwargs: Any) -> Any:
+        try:
+            async with asyncio.timeout(CONNECT_SECONDS):
+                return await driver_connect(*args, **kwargs)
+        except OSError as error:  # refused, reset, timed out, a host that does not resolve
+            reason = str(error) or f"no answer in {CONNECT_SECONDS:g} s"
+            raise dbapi.OperationalError(
+                f"cannot connect: {type(error).__name__}: {reason}"
+            ) from error
+
+    def do_connect(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+        cparams["async_creator_fn"] = connect
+
+    event.listen(engine.sync_engine, "do_connect", do_connect)
 
 
 def _sqlite_connect(synchronous: str) -> Callable[[Any, Any], None]:
@@ -195,33 +226,46 @@ def _protocol_broken(error: BaseException | None) -> bool:
     return error is not None and type(error).__name__ == "InternalClientError"
 
 
-#: What the driver errors are translated to, with the message a client may see.
+#: What the driver errors are translated to, with the message a client may see (an unreachable
+#: database is a DatabaseUnavailable, which names it).
 MESSAGES: dict[type[DueflowError], str] = {
     Conflict: "the change conflicts with what is stored",
     UnstorableValue: "a value cannot be stored: text the database refuses, or a number out of range",
     Busy: "database busy, try again",
-    BackendUnavailable: "the database is unavailable; try again later",
+    BackendUnavailable: DatabaseUnavailable().message,
 }
 #: Words of the lock errors that carry no SQLSTATE to go by (SQLite's, MySQL's lock wait).
 _LOCK_WORDS = ("locked", "busy", "deadlock", "could not serialize", "lock wait timeout")
 
 
-def translate(error: exc.DBAPIError | UnicodeEncodeError) -> DueflowError:
+DriverError = exc.DBAPIError | exc.TimeoutError | UnicodeEncodeError
+
+
+def translate(error: DriverError) -> DueflowError:
     """A driver error as dueflow's own, the driver's text logged and kept out of its message.
 
     A constraint violation (SQLSTATE class 23) is a Conflict and a value the database cannot
     hold (class 22, or text the driver cannot encode, such as a lone surrogate) is an
     UnstorableValue: retrying the same request cannot help. A deadlock, serialization failure
-    (class 40) or lock wait is Busy; anything else (unreachable, no schema) BackendUnavailable.
+    (class 40) or lock wait is Busy; anything else (unreachable, no schema, no pooled
+    connection free in time) DatabaseUnavailable, logged a line a second at most however many
+    requests meet it (:func:`dueflow.logs.throttled`).
     """
     kind = _kind(error)
     detail = error.orig if isinstance(error, exc.DBAPIError) else error
+    if kind is BackendUnavailable:
+        logs.throttled(
+            log, logging.WARNING, str(detail), "database unavailable: %s", detail or repr(detail)
+        )
+        return DatabaseUnavailable(MESSAGES[kind])
     level = logging.INFO if kind in (Busy, Conflict) else logging.WARNING
     log.log(level, "database error taken as %s: %s", kind.__name__, detail)
     return kind(MESSAGES[kind])
 
 
-def _kind(error: exc.DBAPIError | UnicodeEncodeError) -> type[DueflowError]:
+def _kind(error: DriverError) -> type[DueflowError]:
+    if isinstance(error, exc.TimeoutError):
+        return BackendUnavailable  # every pooled connection busy connecting or in use
     if isinstance(error, UnicodeEncodeError | exc.DataError):
         return UnstorableValue
     if isinstance(error, exc.IntegrityError):
@@ -296,6 +340,7 @@ class Database:
             kwargs["isolation_level"] = "READ COMMITTED"
         if parsed.get_backend_name() != "sqlite":
             engine = create_async_engine(full, **kwargs)
+            _bounded_connect(engine)
             return cls(engine, liveness=Liveness(engine))
         connect = _sqlite_connect(sqlite_synchronous)
         # With FULL a commit waits for an fsync of the WAL: that wait goes to a thread.
@@ -361,7 +406,7 @@ class Database:
                     # not hide the dropped connection's error (BackendUnavailable) behind it.
                     with contextlib.suppress(exc.PendingRollbackError):
                         conn.info.pop(_AFTER_COMMIT, None)
-        except (exc.DBAPIError, UnicodeEncodeError) as error:
+        except (exc.DBAPIError, exc.TimeoutError, UnicodeEncodeError) as error:
             raise translate(error) from error
 
     @asynccontextmanager
@@ -388,7 +433,7 @@ class Database:
                     except exc.DBAPIError as error:
                         await self._dropped(conn, error)
                         raise
-        except (exc.DBAPIError, UnicodeEncodeError) as error:
+        except (exc.DBAPIError, exc.TimeoutError, UnicodeEncodeError) as error:
             raise translate(error) from error
 
     async def _dropped(self, conn: AsyncConnection, error: exc.DBAPIError) -> None:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from dueflow import logs
 from dueflow.clock import Clock
 from dueflow.domain.timers import TimerKind, backoff, is_parked, quick_backoff
 from dueflow.exceptions import BackendUnavailable, Busy
@@ -356,9 +357,9 @@ class Worker:
                         await self._poll_once(lane)
                     else:
                         await self._delivered_once(lane)
-                except Exception:
+                except Exception as exc:
                     lane.release()
-                    log.exception("worker loop error; retrying shortly")
+                    logs.failed(log, "worker loop error; retrying shortly", exc)
                     await deps.clock.sleep_until(deps.clock.now() + deps.max_idle, stop)
         finally:
             if self._running:
@@ -490,8 +491,8 @@ async def run_feeder(worker: Worker, stop: asyncio.Event, *, full_every: int = 1
             fed_until = until
             passes += 1
             refeed = False
-        except Exception:
-            log.exception("feeder pass failed; the scanner covers due timers")
+        except Exception as exc:
+            logs.failed(log, "feeder pass failed; the scanner covers due timers", exc)
             # Not again at the next sign of a loss: a pass that failed fails a moment later too.
             await deps.clock.sleep_until(began + deps.max_idle, stop)
         await _sleep_or_lost(deps.clock, deps.clock.now() + deps.scan_interval, stop, seen_lost)

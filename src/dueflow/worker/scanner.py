@@ -15,6 +15,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from dueflow import logs
 from dueflow.store import timers
 from dueflow.worker.runner import Lane, Worker
 
@@ -67,11 +68,11 @@ class Scanner:
                         limit=deps.batch_size,
                         lease=deps.lease,
                     )
-            except Exception:
+            except Exception as exc:
                 lane.release()
                 report.errors += 1
                 metrics.scanner_errors.inc()
-                log.exception("scanner could not claim; ending this pass")
+                logs.failed(log, "scanner could not claim; ending this pass", exc)
                 break
             if not claimed:
                 lane.release()
