@@ -146,3 +146,14 @@ async def test_readyz_names_a_trigger_backend_that_does_not_answer(db_path, reac
             "trigger": "the redis trigger's backend does not answer"
         }
         assert "Connect" not in answer.text  # the client library's text is for the log
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "dueflow-db.invalid"], ids=["refused", "no DNS"])
+def test_migrate_on_an_unreachable_database_says_so_without_a_traceback(host):
+    """Issue 23, item 13: `dueflow migrate` on a database that cannot be reached printed the
+    driver's traceback; it says the database is unavailable and exits 1."""
+    url = f"postgresql://postgres@{host}:{live.free_port()}/dueflow"
+    done = _run(["migrate"], _clean_env(url))
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "error: The database is unavailable; try again later." in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout

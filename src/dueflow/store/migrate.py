@@ -77,7 +77,13 @@ async def require_head(db: Database) -> None:
 
 
 async def upgrade(db: Database, revision: str = "head") -> None:
-    """Bring the schema up to ``revision``."""
+    """Bring the schema up to ``revision``.
+
+    Raises:
+        DatabaseUnavailable: the database cannot be reached.
+    """
+    async with db.read():
+        pass  # one that cannot be reached says so (the schema engine's errors are Alembic's)
     if revision == "head" and await at_head(db):
         return
     from alembic import command
