@@ -3,9 +3,11 @@
 Two checkouts testing at once (a branch while CI tests main) must not share a database: every
 run creates ``dueflow_test_<run>`` on PostgreSQL and on MariaDB when the session starts and drops
 it, with every database a test derived from it (``<name>_shop_mig``, ``<name>_empty`` ...), when
-the session ends. ``<run>`` is ``DUEFLOW_TEST_RUN`` when set, else ``p<pid>``; databases left by
-a run that was killed (``dueflow_test_p<pid>`` of a process that no longer exists) are dropped by
-the next run. ``DUEFLOW_TEST_POSTGRES_URL`` / ``DUEFLOW_TEST_MYSQL_URL`` name a database of one's
+the session ends. ``<run>`` is ``DUEFLOW_TEST_RUN`` when set (letters and digits, so no run's
+name is another's followed by ``_``), else ``p<pid>``; databases left by a run that was killed
+(``dueflow_test_p<pid>`` of a process that no longer exists here) are dropped by the next run.
+Runs in other PID namespaces sharing the servers (containers) must each set ``DUEFLOW_TEST_RUN``
+and leave ``p<digits>`` names alone: they cannot see each other's processes. ``DUEFLOW_TEST_POSTGRES_URL`` / ``DUEFLOW_TEST_MYSQL_URL`` name a database of one's
 own instead (it is used as it is, never dropped).
 """
 
@@ -18,9 +20,15 @@ import socket
 from urllib.parse import urlsplit
 
 PREFIX = "dueflow_test_"
-RUN = os.environ.get("DUEFLOW_TEST_RUN") or f"p{os.getpid()}"
-if not re.fullmatch(r"[A-Za-z0-9_]{1,30}", RUN):
-    raise SystemExit(f"DUEFLOW_TEST_RUN must be 1-30 letters, digits or _: {RUN!r}")
+GIVEN_RUN = os.environ.get("DUEFLOW_TEST_RUN")
+RUN = GIVEN_RUN or f"p{os.getpid()}"
+if GIVEN_RUN is not None and (
+    not re.fullmatch(r"[A-Za-z0-9]{1,30}", GIVEN_RUN) or re.fullmatch(r"p\d+", GIVEN_RUN)
+):
+    raise SystemExit(
+        f"DUEFLOW_TEST_RUN must be 1-30 letters or digits, and not p<digits> (the name of an"
+        f" unnamed run): {GIVEN_RUN!r}"
+    )
 NAME = f"{PREFIX}{RUN}"
 
 SERVERS = {

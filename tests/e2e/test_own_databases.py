@@ -66,11 +66,20 @@ def test_two_runs_at_once_each_use_and_drop_their_own_databases() -> None:
     left = {n for n in names if n.startswith(databases.PREFIX)}
     assert dead not in left
     for run in runs:  # each run's own, and every database derived from it, dropped at its end
-        assert not {n for n in left if n.startswith(f"{databases.PREFIX}p{run.pid}")}, left
+        name = f"{databases.PREFIX}p{run.pid}"
+        assert not {n for n in left if n == name or n.startswith(f"{name}_")}, left
 
 
-def test_a_run_name_that_could_inject_sql_is_refused() -> None:
-    env = {**os.environ, "DUEFLOW_TEST_RUN": 'x"; DROP DATABASE test; --'}
+@pytest.mark.parametrize(
+    "run",
+    [
+        'x"; DROP DATABASE test; --',  # SQL
+        "ci_2",  # would make run "ci" take dueflow_test_ci_2 for one of its own
+        "p123",  # would be taken for the unnamed run of process 123, and dropped once it ends
+    ],
+)
+def test_a_run_name_that_could_reach_another_runs_databases_is_refused(run: str) -> None:
+    env = {**os.environ, "DUEFLOW_TEST_RUN": run}
     done = subprocess.run(
         [sys.executable, "-c", "import tests.databases"],
         cwd=ROOT,
