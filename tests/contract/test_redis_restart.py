@@ -20,13 +20,16 @@ import pytest
 import redis
 from sqlalchemy import select
 
+from dueflow.clock import FakeClock
 from dueflow.domain.timers import TimerKind
+from dueflow.exceptions import BackendUnavailable
 from dueflow.service import orders as order_service
 from dueflow.store import timers
 from dueflow.store.schema import orders as t_orders
+from dueflow.store.timers import Armed
 from dueflow.timers.redis import RedisTrigger
 from dueflow.worker.runner import run_feeder
-from tests.conftest import eventually, eventually_sync, in_ci
+from tests.conftest import START, eventually, eventually_sync, in_ci
 from tests.e2e.live import free_port
 
 pytestmark = [pytest.mark.redis]
@@ -225,3 +228,36 @@ async def test_a_timer_armed_while_redis_was_down_is_fed_once_it_is_back(
         stop.set()
         world.deps.trigger.wake()
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+
+
+async def test_an_api_process_whose_arm_failed_has_the_workers_feed_again(
+    own_redis: OwnRedis,
+) -> None:
+    """An API process (``serve --no-worker``) has no feeder of its own: an arm of its that
+    failed while Redis was down would wait for a full pass or the scanner, however soon it
+    fell due. Its next arm that goes through drops the ``fed`` marker, so the first claim of
+    any worker tells that worker's feeder to feed every timer again."""
+    clock = FakeClock(START)
+    api = RedisTrigger.from_url(own_redis.url, clock=clock)
+    worker = RedisTrigger.from_url(own_redis.url, clock=clock)
+    told: list[bool] = []
+    worker.watch_lost(lambda: told.append(True))
+    try:
+        assert await worker.lost()  # the first ask: fed from here on
+        own_redis.shut_down(save=True)
+        with pytest.raises(BackendUnavailable):
+            await api.armed([Armed(1, START + timedelta(seconds=5))])
+        own_redis.start()
+        await worker.claim(START)
+        assert told == []  # the marker survived: the worker itself saw nothing wrong
+        await api.armed([Armed(2, START + timedelta(seconds=6))])
+        assert not own_redis.ask("EXISTS", "dueflow:fed")
+        await worker.claim(START)
+        assert told == [True]
+        await api.armed([Armed(3, START + timedelta(seconds=7))])  # once: the flag is spent
+        assert await worker.lost() and not await worker.lost()
+        await api.armed([Armed(4, START + timedelta(seconds=8))])
+        assert own_redis.ask("EXISTS", "dueflow:fed")
+    finally:
+        await api.close()
+        await worker.close()

@@ -167,6 +167,10 @@ class RedisTrigger(Trigger):
         #: Redis failed this instance since :meth:`lost` was last answered: timers armed
         #: meanwhile may be missing, so the next answer is True.
         self._failed = False
+        #: An arm of this instance failed: the next arm that goes through also deletes the
+        #: ``fed`` marker, so the feeder of whichever process claims next feeds every timer
+        #: again (an API process has no feeder of its own to tell).
+        self._arm_failed = False
         self._client: Redis | None = None
         self._claim: AsyncScript | None = None
         self._wake: asyncio.Event | None = None
@@ -233,15 +237,21 @@ class RedisTrigger(Trigger):
         mapping = {str(t.id): to_ms(t.due_at, up=True) for t in timers if t.due_at <= limit}
         if not mapping:
             return
+        arm_failed = self._arm_failed
         try:
             async with self._redis().pipeline(transaction=True) as pipe:
                 pipe.zadd(self.due_key, mapping)
+                if arm_failed:
+                    pipe.delete(self.fed_key)
                 pipe.lpush(self.wake_key, "1")
                 pipe.ltrim(self.wake_key, 0, WAKE_MARKERS - 1)
                 await pipe.execute()
         except REDIS_ERRORS as exc:
-            self._failed = True
+            self._failed = self._arm_failed = True
             raise BackendUnavailable(f"redis trigger cannot arm timers: {exc}") from exc
+        if arm_failed:
+            self._arm_failed = False
+            log.info("redis trigger: an earlier arm failed; the fed marker dropped for a feed")
 
     async def lost(self) -> bool:
         """True when the ``fed`` marker was missing (and is now set): Redis lost its keys since
