@@ -3,27 +3,52 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from dueflow import bootstrap, render
-from dueflow.config import Settings, load_settings
 from dueflow.domain import text
 from dueflow.exceptions import ConfigError, DomainError, DueflowError
-from dueflow.service import accounts, events, orders, payments, refunds, report
-from dueflow.service.deps import Deps
-from dueflow.store import migrate as migrations
-from dueflow.store.db import Database
-from dueflow.worker import reconciler
-from dueflow.worker.runner import Worker, run_feeder
-from dueflow.worker.scanner import run_scanner, scan_once
+
+
+class LazyModule:
+    """A module imported when a command first uses one of its names, not when ``dueflow``
+    starts: SQLAlchemy, the API, the payment providers and the timer backends take seconds to
+    import, and ``dueflow --help`` needs none of them (``tests/e2e/test_cli.py`` keeps
+    ``import dueflow.cli`` free of SQLAlchemy and FastAPI)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+if TYPE_CHECKING:
+    from dueflow import bootstrap, render
+    from dueflow.config import Settings
+    from dueflow.service import accounts, events, orders, payments, refunds, report
+    from dueflow.service.deps import Deps
+    from dueflow.store import migrate as migrations
+    from dueflow.worker import reconciler
+else:
+    bootstrap = LazyModule("dueflow.bootstrap")
+    render = LazyModule("dueflow.render")
+    accounts = LazyModule("dueflow.service.accounts")
+    events = LazyModule("dueflow.service.events")
+    orders = LazyModule("dueflow.service.orders")
+    payments = LazyModule("dueflow.service.payments")
+    refunds = LazyModule("dueflow.service.refunds")
+    report = LazyModule("dueflow.service.report")
+    migrations = LazyModule("dueflow.store.migrate")
+    reconciler = LazyModule("dueflow.worker.reconciler")
 
 T = TypeVar("T")
 
@@ -48,6 +73,8 @@ err = Console(stderr=True)
 
 
 def _settings(**overrides: Any) -> Settings:
+    from dueflow.config import load_settings
+
     try:
         return load_settings(**overrides)
     except ConfigError as exc:
@@ -104,6 +131,8 @@ def _logging(verbose: bool, settings: Settings) -> None:
 @app.command()
 def migrate() -> None:
     """Create or upgrade the database schema."""
+    from dueflow.store.db import Database
+
     settings = _settings()
 
     async def go() -> None:
@@ -364,6 +393,8 @@ def timers_run_again(timer_id: int) -> None:
 @app.command()
 def scan() -> None:
     """Run one scanner pass: fire timers the trigger missed and claims whose lease expired."""
+    from dueflow.worker.runner import Worker
+    from dueflow.worker.scanner import scan_once
 
     async def go(deps: Deps) -> Any:
         return await scan_once(Worker(deps))
@@ -400,6 +431,8 @@ def worker(
 ) -> None:
     """Run timers as they come due, and the scanner, until SIGINT or SIGTERM."""
     from dueflow.worker import exposition
+    from dueflow.worker.runner import Worker, run_feeder
+    from dueflow.worker.scanner import run_scanner
 
     settings = _settings()
     _logging(verbose, settings)

@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
-from dueflow import cli, render
+from dueflow import cli
 from dueflow.domain.money import parse_yuan
-from dueflow.service import accounts, shop, shop_overview
-from dueflow.service.deps import Deps
+
+if TYPE_CHECKING:
+    from dueflow import render
+    from dueflow.service import accounts, shop, shop_overview
+    from dueflow.service.deps import Deps
+else:  # imported when a command runs (see cli.LazyModule)
+    render = cli.LazyModule("dueflow.render")
+    accounts = cli.LazyModule("dueflow.service.accounts")
+    shop = cli.LazyModule("dueflow.service.shop")
+    shop_overview = cli.LazyModule("dueflow.service.shop_overview")
 
 skus_app = typer.Typer(no_args_is_help=True, help="Put SKUs on sale, restock them, read them.")
 coupons_app = typer.Typer(no_args_is_help=True, help="Coupon templates and coupons.")

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,14 +21,17 @@ from dueflow import cli
 from dueflow.domain import seating, times
 from dueflow.domain.money import parse_yuan
 from dueflow.exceptions import InvalidInput
-from dueflow.service import accounts, tickets
-from dueflow.service.deps import Deps
-from dueflow.store import shows as show_states
+
+if TYPE_CHECKING:
+    from dueflow.service import accounts, tickets
+    from dueflow.service.deps import Deps
+    from dueflow.store import shows as show_states
+else:  # imported when a command runs (see cli.LazyModule)
+    accounts = cli.LazyModule("dueflow.service.accounts")
+    tickets = cli.LazyModule("dueflow.service.tickets")
+    show_states = cli.LazyModule("dueflow.store.shows")
 
 app = typer.Typer(no_args_is_help=True, help="Put shows on sale, read their seat maps, cancel.")
-
-#: One character a seat in the terminal grid.
-GRID_MARK = {show_states.FREE: ".", show_states.HELD: "h", show_states.SOLD: "S"}
 
 
 def _time(value: str, option: str) -> datetime:
@@ -69,10 +72,11 @@ def seat_labels(value: str) -> list[str]:
 def seat_grid(seats: Sequence[dict[str, Any]]) -> list[str]:
     """The seat map as text: one line per section (and row), one character per seat number
     (``.`` free, ``h`` held, ``S`` sold, a space for a number the row does not have)."""
+    grid_mark = {show_states.FREE: ".", show_states.HELD: "h", show_states.SOLD: "S"}
     rows: dict[str, dict[int, str]] = defaultdict(dict)
     for s in seats:
         name = s["section"] if s["row"] is None else f"{s['section']}-{s['row']}"
-        rows[name][s["number"]] = GRID_MARK.get(s["state"], "?")
+        rows[name][s["number"]] = grid_mark.get(s["state"], "?")
     width = max((len(name) for name in rows), default=0)
     lines = []
     for name, marks in rows.items():

@@ -34,6 +34,41 @@ def cli(tmp_path: Path):
     return run
 
 
+#: What a command imports when it runs, never when ``dueflow`` starts (seconds of imports);
+#: pydantic is not here: typer itself imports it to read a command's options.
+HEAVY = (
+    "sqlalchemy",
+    "fastapi",
+    "starlette",
+    "pydantic_settings",
+    "httpx",
+    "redis",
+    "aio_pika",
+    "cryptography",
+)
+
+
+def test_help_imports_no_database_api_or_provider_code():
+    # Every command's --help too: typer reads the options of each, so none may need them.
+    probe = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "import dueflow.cli\n"
+        "runner = CliRunner()\n"
+        "for args in ([], ['orders', 'place'], ['shows', 'add'], ['skus', 'add'], ['demo']):\n"
+        "    result = runner.invoke(dueflow.cli.app, [*args, '--help'])\n"
+        "    assert result.exit_code == 0, result.output\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stdout.split())
+    assert "typer" in loaded
+    assert loaded.isdisjoint(HEAVY), sorted(loaded.intersection(HEAVY))
+
+
 def test_migrate_then_status(cli):
     result = cli("migrate")
     assert result.returncode == 0, result.stderr
