@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -282,14 +282,26 @@ def _orders(deps: Deps) -> APIRouter:
     )
 
     @routes.post("", status_code=201, response_model=out.OrderView, responses=errors(400, 403, 409))
-    async def place_order(body: NewOrder, request: Request) -> Response:
+    async def place_order(
+        body: NewOrder,
+        request: Request,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                alias="Idempotency-Key",
+                description="1-255 printable ASCII characters, no spaces (a UUID): the same "
+                "key from the same buyer within 24 h answers the first order again; with "
+                "another body, 409.",
+            ),
+        ] = None,
+    ) -> Response:
         """Hold what the order buys (goods, seats of a show, units of SKUs and a coupon, units
         of a flash sale) for a new order awaiting payment: 409 when held, sold, out of stock,
         past a per-buyer limit, sales closed, the coupon unusable, or busy. With an
         ``Idempotency-Key`` header the same key from the same buyer within 24 h answers the
         first order again; the key with another body is a 409."""
         user = auth.caller(request)
-        header = request.headers.get("idempotency-key")
+        header = idempotency_key
         if header is None:
             return answer(for_parties(await _place(deps, user, body, None)), 201)
         if not IDEMPOTENCY_KEY.fullmatch(header):

@@ -247,6 +247,15 @@ async def test_the_schema_documents_every_answer(api):
     assert "HTTPValidationError" not in spec["components"]["schemas"]
 
 
+async def test_the_schema_declares_the_idempotency_key_header(api):
+    spec = create_app(api.deps).openapi()
+    headers = [
+        p for p in spec["paths"]["/api/orders"]["post"].get("parameters", []) if p["in"] == "header"
+    ]
+    assert [(p["name"], p["required"]) for p in headers] == [("Idempotency-Key", False)]
+    assert "printable ASCII" in headers[0]["description"]
+
+
 # --- bad input changes nothing ---------------------------------------------------------------
 
 WRONG_TYPE: dict[type, Any] = {str: 7, int: "7", bool: "yes", list: {"sku_id": 1}}
