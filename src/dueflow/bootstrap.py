@@ -8,9 +8,8 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode
-
-import httpx
 
 from dueflow.clock import Clock, DatabaseClock, SystemClock
 from dueflow.config import Settings
@@ -18,20 +17,20 @@ from dueflow.exceptions import ConfigError
 from dueflow.locks import Bypasses, Locks, NoLocks, RedisLocks
 from dueflow.metrics import Metrics
 from dueflow.notifiers.base import Notifier
-from dueflow.notifiers.event_webhook import EventWebhook
 from dueflow.notifiers.log import LogNotifier
-from dueflow.notifiers.webhook import WebhookNotifier
-from dueflow.payments.alipay.provider import AlipayProvider
 from dueflow.payments.base import PaymentProvider, Providers
 from dueflow.payments.manual import ManualProvider
-from dueflow.payments.wechatpay.provider import WechatPayProvider
 from dueflow.seatcache import NoSeatCache, SeatCache
-from dueflow.seatcache_redis import RedisSeatCache
 from dueflow.service.deps import Deps
 from dueflow.store import migrate, servertime
 from dueflow.store.db import Database
 from dueflow.store.holds import Holds
 from dueflow.timers import registry
+
+if TYPE_CHECKING:  # the adapters below are imported when the settings choose them
+    import httpx
+
+    from dueflow.notifiers.event_webhook import EventWebhook
 
 log = logging.getLogger(__name__)
 #: How often a process re-measures its offset from the database's clock.
@@ -45,6 +44,8 @@ def build_notifier(settings: Settings) -> Notifier:
     if settings.notifier == "webhook":
         if not settings.notifier_url:
             raise ConfigError("DUEFLOW_NOTIFIER=webhook needs DUEFLOW_NOTIFIER_URL")
+        from dueflow.notifiers.webhook import WebhookNotifier
+
         return WebhookNotifier(
             url=settings.notifier_url,
             secret=settings.notifier_secret,
@@ -61,6 +62,8 @@ def build_event_webhook(
     deliver to it), signing with ``DUEFLOW_EVENTS_WEBHOOK_SECRET`` (required with the URL)."""
     if not settings.events_webhook_url:
         return None
+    from dueflow.notifiers.event_webhook import EventWebhook
+
     return EventWebhook(
         url=settings.events_webhook_url, secret=settings.events_webhook_secret, client=client
     )
@@ -98,6 +101,8 @@ def build_providers(
     notify = settings.public_url.rstrip("/") + "/notify"
     alipay = _configured(settings, "alipay", ALIPAY_SETTINGS)
     if alipay:
+        from dueflow.payments.alipay.provider import AlipayProvider
+
         providers.append(
             AlipayProvider(
                 gateway_url=alipay["url"],
@@ -111,6 +116,8 @@ def build_providers(
         )
     wechat = _configured(settings, "wechatpay", WECHATPAY_SETTINGS)
     if wechat:
+        from dueflow.payments.wechatpay.provider import WechatPayProvider
+
         providers.append(
             WechatPayProvider(
                 base_url=wechat["url"],
@@ -155,6 +162,8 @@ def build_seat_cache(settings: Settings, *, metrics: Metrics | None = None) -> S
         url = f"{base}?{urlencode({'prefix': prefix})}" if prefix else base
     if url is None:
         return NoSeatCache()
+    from dueflow.seatcache_redis import RedisSeatCache
+
     errors = metrics.seat_cache_errors if metrics is not None else None
     return RedisSeatCache.from_url(url, errors=errors)
 

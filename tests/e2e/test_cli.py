@@ -69,6 +69,30 @@ def test_help_imports_no_database_api_or_provider_code():
     assert loaded.isdisjoint(HEAVY), sorted(loaded.intersection(HEAVY))
 
 
+def test_status_imports_only_the_adapters_the_settings_choose(cli, tmp_path):
+    # SQLite and the database trigger: no RabbitMQ client, no HTTP client, no API, no
+    # Alipay or WeChat Pay (none configured).
+    assert cli("migrate").returncode == 0
+    probe = (
+        "import sys\n"
+        "from dueflow import cli\n"
+        "try:\n"
+        "    cli.app(['status'], standalone_mode=False)\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    env = {**os.environ, "DUEFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = result.stdout.split()
+    assert "dueflow.service.report" in loaded  # it did run the status
+    unneeded = ("aio_pika", "httpx", "fastapi", "dueflow.api", "dueflow.payments.alipay")
+    assert [m for m in loaded if m.startswith((*unneeded, "dueflow.payments.wechatpay"))] == []
+
+
 def test_migrate_then_status(cli):
     result = cli("migrate")
     assert result.returncode == 0, result.stderr

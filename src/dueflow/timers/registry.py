@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
+
 from dueflow.clock import Clock
 from dueflow.exceptions import ConfigError
 from dueflow.timers.base import Trigger
-from dueflow.timers.db import DbTrigger
-from dueflow.timers.rabbitmq import RabbitTrigger
-from dueflow.timers.redis import RedisTrigger
 
-TRIGGERS: dict[str, type[Trigger]] = {
-    "db": DbTrigger,
-    "redis": RedisTrigger,
-    "amqp": RabbitTrigger,
-    "amqps": RabbitTrigger,
+#: Trigger classes by URL scheme, as ``module:class``: a process imports only the one its URL
+#: names (the Redis and RabbitMQ clients take a while to import, and a command such as
+#: ``dueflow status`` on the database trigger needs neither).
+TRIGGERS: dict[str, str] = {
+    "db": "dueflow.timers.db:DbTrigger",
+    "redis": "dueflow.timers.redis:RedisTrigger",
+    "amqp": "dueflow.timers.rabbitmq:RabbitTrigger",
+    "amqps": "dueflow.timers.rabbitmq:RabbitTrigger",
 }
 
 
@@ -25,8 +27,9 @@ def from_url(url: str, *, clock: Clock | None = None) -> Trigger:
     """
     scheme = url.split("://", 1)[0] if "://" in url else url
     try:
-        cls = TRIGGERS[scheme]
+        module, name = TRIGGERS[scheme].split(":")
     except KeyError:
         known = ", ".join(sorted(TRIGGERS))
         raise ConfigError(f"unsupported trigger {url!r}; known: {known}") from None
+    cls: type[Trigger] = getattr(importlib.import_module(module), name)
     return cls.from_url(url, clock=clock)
