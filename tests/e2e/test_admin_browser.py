@@ -81,6 +81,35 @@ def pay_through_alipay(served: Served, buyer: httpx.Client, order_id: int, paid:
     )
 
 
+#: What an operator acts with on a refund in review: every one must be on screen.
+REFUND_ACTIONS = ("Approve", "Reject", "Settled off-line")
+
+
+def outside_the_view(page: playwright_api.Page, row: playwright_api.Locator) -> list[str]:
+    """The row's buttons and fields that do not lie wholly inside the viewport and inside the
+    box their table scrolls in (seen only by scrolling sideways), with their boxes; and the
+    refund actions missing from the row."""
+    boxes = row.locator("button, input:not([type=hidden])").evaluate_all(
+        """elements => elements.map(el => {
+            const box = el.getBoundingClientRect();
+            const scroller = el.closest('.scroll');
+            const clip = scroller ? scroller.getBoundingClientRect() : {left: 0, right: innerWidth};
+            return {
+                name: el.textContent.trim() || el.getAttribute('aria-label'),
+                left: box.left, right: box.right, top: box.top, bottom: box.bottom,
+                from: Math.max(0, clip.left), to: Math.min(innerWidth, clip.right),
+            };
+        })"""
+    )
+    names = {box["name"] for box in boxes}
+    missing = [f"{name}: not in the row" for name in REFUND_ACTIONS if name not in names]
+    return missing + [
+        f"{b['name']}: x {b['left']:.0f}-{b['right']:.0f}, visible {b['from']:.0f}-{b['to']:.0f}"
+        for b in boxes
+        if b["left"] < b["from"] - 0.5 or b["right"] > b["to"] + 0.5 or b["bottom"] <= b["top"]
+    ]
+
+
 def paid_then_cancelled_by_seller(served: Served, alice: httpx.Client, bob: httpx.Client) -> int:
     """An order paid through the simulated Alipay, then cancelled by its seller: a refund
     waits for review. Returns the order id."""
@@ -137,7 +166,21 @@ def test_an_operator_watches_an_order_expire_and_approves_a_refund(
         page.click("text=Refunds")
         row = page.locator("tr", has=page.locator(f"a[href='/admin/orders/{refund_order}']"))
         expect(row).to_contain_text("pending_review")
+        # Every action on the refund is on screen, at a desk's width and on a phone.
+        assert outside_the_view(page, row) == []
         page.screenshot(path=str(shots / "admin-refunds.png"), full_page=True)
+        phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+        phone.context.add_cookies(page.context.cookies())
+        phone.goto(f"{served.base}/admin/refunds")
+        phone_row = phone.locator(
+            "tr", has=phone.locator(f"a[href='/admin/orders/{refund_order}']")
+        )
+        expect(phone_row).to_contain_text("pending_review")
+        assert outside_the_view(phone, phone_row) == []
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the phone page scrolls sideways ({width}px)"
+        phone.screenshot(path=str(shots / "admin-refunds-phone.png"), full_page=True)
+        phone.close()
         row.locator("button", has_text="Approve").click()
         expect(page.locator(".flash")).to_contain_text("approved")
 
