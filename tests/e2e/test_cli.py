@@ -70,8 +70,8 @@ def test_help_imports_no_database_api_or_provider_code():
 
 
 def test_status_imports_only_the_adapters_the_settings_choose(cli, tmp_path):
-    # SQLite and the database trigger: no RabbitMQ client, no HTTP client, no API, no
-    # Alipay or WeChat Pay (none configured).
+    # SQLite and the database trigger: no Redis or RabbitMQ client, no HTTP client, no API,
+    # no Alipay or WeChat Pay (none configured).
     assert cli("migrate").returncode == 0
     probe = (
         "import sys\n"
@@ -89,7 +89,7 @@ def test_status_imports_only_the_adapters_the_settings_choose(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     loaded = result.stdout.split()
     assert "dueflow.service.report" in loaded  # it did run the status
-    unneeded = ("aio_pika", "httpx", "fastapi", "dueflow.api", "dueflow.payments.alipay")
+    unneeded = ("redis", "aio_pika", "httpx", "fastapi", "dueflow.api", "dueflow.payments.alipay")
     assert [m for m in loaded if m.startswith((*unneeded, "dueflow.payments.wechatpay"))] == []
 
 
