@@ -104,6 +104,11 @@ class PaymentView(View):
     start_answer: str | None = Field(
         description="created | refused: what the provider answered to the start; null: unknown"
     )
+    provider_refunded: Money | None = Field(
+        default=None,
+        description="what the provider gave back by itself (Alipay's cancel of a trade paid "
+        "meanwhile): no refund of dueflow's is due for it; null: nothing",
+    )
 
 
 class RefundView(View):
