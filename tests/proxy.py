@@ -1,10 +1,14 @@
 """A TCP proxy on 127.0.0.1 in front of a real server (Redis, PostgreSQL, MariaDB), which a test
 cuts, brings back on the same port, or turns silent: the shared servers themselves are never
-stopped."""
+stopped. ``python -m tests.proxy`` runs one as a process of its own, cut and brought back by
+signals."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable
 
 
 class Proxy:
@@ -79,3 +83,45 @@ class Proxy:
             pass
         finally:
             writer.transport.abort()
+
+
+async def serve(port: int, upstream: tuple[str, int]) -> None:
+    """Run a proxy on ``port`` to ``upstream`` until SIGTERM: SIGUSR1 cuts it (as a server that
+    went down), SIGUSR2 brings it back on the same port (as the server up again)."""
+    proxy = Proxy(*upstream)
+    proxy.port = port
+    await proxy.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    pending: set[asyncio.Task[None]] = set()
+
+    async def down() -> None:
+        if proxy.listening:
+            await proxy.cut()
+
+    async def up() -> None:
+        if not proxy.listening:
+            await proxy.start()
+
+    def later(step: Callable[[], Awaitable[None]]) -> None:
+        task = asyncio.ensure_future(step())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    loop.add_signal_handler(signal.SIGUSR1, later, down)
+    loop.add_signal_handler(signal.SIGUSR2, later, up)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    print(f"proxy on 127.0.0.1:{port} to {upstream[0]}:{upstream[1]}", flush=True)
+    await stop.wait()
+
+
+def main() -> None:
+    """``python -m tests.proxy PORT HOST:PORT``: a proxy of its own process (the chaos soak's
+    PostgreSQL restarts)."""
+    port, upstream = sys.argv[1], sys.argv[2]
+    host, _, upstream_port = upstream.rpartition(":")
+    asyncio.run(serve(int(port), (host, int(upstream_port))))
+
+
+if __name__ == "__main__":
+    main()

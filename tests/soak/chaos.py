@@ -15,6 +15,9 @@ The kinds (those that apply to the leg's fleet):
 * ``purge_rabbitmq``: every queue of the RabbitMQ trigger is purged.
 * ``terminate_db_connections``: ``pg_terminate_backend`` on every connection of the leg's
   database.
+* ``restart_postgres``: PostgreSQL goes away for :data:`PG_DOWN` seconds as the leg's processes
+  see it: the proxy they reach it through breaks every connection and refuses new ones, then
+  listens again (the shared server itself is never stopped: other runs may be using it).
 * ``sigstop_worker``: a worker is frozen past its lease, then resumed: it wakes up holding
   claims the scanner has handed to others.
 * ``clock_fast_worker``: one worker runs its whole life with its wall clock 30 s ahead
@@ -38,6 +41,8 @@ from tests.soak.fleet import Fleet, Proc
 Fault = Callable[["Chaos"], Awaitable[str]]
 #: Seconds a restarted Redis stays down (the review's reproduction: 3 s).
 REDIS_DOWN = 3.0
+#: Seconds a restarted PostgreSQL stays away.
+PG_DOWN = 3.0
 
 
 @dataclass
@@ -67,6 +72,8 @@ class Chaos:
             kinds.append("purge_rabbitmq")
         if config.database_url.startswith("postgresql"):
             kinds.append("terminate_db_connections")
+        if self.fleet.pg_proxy is not None:
+            kinds.append("restart_postgres")
         return kinds
 
     def schedule(self, count: int, seconds: float, apart: float) -> list[tuple[float, str]]:
@@ -231,6 +238,17 @@ async def terminate_db_connections(chaos: Chaos) -> str:
     return f"terminated {sum(1 for r in rows if r[0])} connections to {database}"
 
 
+async def restart_postgres(chaos: Chaos) -> str:
+    """Cut the leg's PostgreSQL proxy (every connection broken, new ones refused) for
+    :data:`PG_DOWN` seconds, then let it listen again."""
+    proxy = chaos.fleet.pg_proxy
+    assert proxy is not None
+    proxy.signal(signal.SIGUSR1)
+    await asyncio.sleep(PG_DOWN)
+    proxy.signal(signal.SIGUSR2)
+    return f"PostgreSQL away {PG_DOWN:.0f} s (its proxy cut, then listening again)"
+
+
 async def sigstop_worker(chaos: Chaos) -> str:
     """SIGSTOP a worker (on SQLite: the one process) past its lease, then SIGCONT."""
     procs = chaos.fleet.workers or chaos.fleet.apis
@@ -250,5 +268,6 @@ FAULTS: dict[str, Fault] = {
     "restart_redis": restart_redis,
     "purge_rabbitmq": purge_rabbitmq,
     "terminate_db_connections": terminate_db_connections,
+    "restart_postgres": restart_postgres,
     "sigstop_worker": sigstop_worker,
 }

@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -195,6 +196,9 @@ class Fleet:
         self.workdir = workdir
         self.notify_base = notify_base
         self.sim: Proc | None = None
+        #: The proxy between the leg's processes and PostgreSQL, on ``pg_proxy_port``.
+        self.pg_proxy: Proc | None = None
+        self.pg_proxy_port = 0
         #: The leg's own ``redis-server`` (``own_redis``), on ``redis_port``.
         self.redis: Proc | None = None
         self.redis_port = 0
@@ -215,7 +219,7 @@ class Fleet:
         env = clean_env()
         env.update(
             {
-                "DUEFLOW_DATABASE_URL": self.config.database_url,
+                "DUEFLOW_DATABASE_URL": self.through_proxy(self.config.database_url),
                 "DUEFLOW_TRIGGER_URL": self.on_own_redis(self.config.trigger_url),
                 "DUEFLOW_NOTIFIER": "webhook",
                 "DUEFLOW_NOTIFIER_URL": f"{self.notify_base}/notice",
@@ -231,6 +235,29 @@ class Fleet:
             env["DUEFLOW_SEAT_CACHE_URL"] = self.on_own_redis(self.config.redis_url)
         env.update(self._keys)
         return env
+
+    def through_proxy(self, url: str) -> str:
+        """``url`` by way of the leg's PostgreSQL proxy when it has one."""
+        if self.pg_proxy is None:
+            return url
+        parts = urlsplit(url)
+        user = f"{parts.username}@" if parts.username else ""
+        return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{self.pg_proxy_port}"))
+
+    def start_pg_proxy(self) -> None:
+        """The TCP proxy the leg's processes reach PostgreSQL through (``python -m
+        tests.proxy``): the chaos cuts it to restart PostgreSQL as they see it."""
+        parts = urlsplit(self.config.database_url)
+        self.pg_proxy_port = free_port()
+        upstream = f"{parts.hostname or '127.0.0.1'}:{parts.port or 5432}"
+        self.pg_proxy = Proc(
+            "pg-proxy",
+            [sys.executable, "-m", "tests.proxy", str(self.pg_proxy_port), upstream],
+            clean_env(),
+            self.workdir / "pg-proxy.log",
+            ready=_said(r"proxy on "),
+        )
+        self.pg_proxy.start()
 
     def on_own_redis(self, url: str) -> str:
         """``url`` pointed at the leg's own ``redis-server`` when it has one (a ``redis://``
@@ -259,6 +286,8 @@ class Fleet:
         workers."""
         if self.config.own_redis:
             self.start_redis()
+        if self.config.database_url.startswith("postgresql"):
+            self.start_pg_proxy()
         sim_port = free_port()
         self.sim_url = f"http://127.0.0.1:{sim_port}"
         self.sim = Proc(
@@ -341,6 +370,8 @@ class Fleet:
         """Resume what is frozen and start what is dead (the end of the chaos)."""
         if self.redis is not None and not self.redis.alive:
             self.redis.start()
+        if self.pg_proxy is not None:
+            self.pg_proxy.signal(signal.SIGUSR2)  # listening again, if a restart was cut short
         for proc in self.processes():
             proc.signal(signal.SIGCONT)
             if not proc.alive:
@@ -353,4 +384,6 @@ class Fleet:
             codes[self.sim.name] = self.sim.stop()
         if self.redis is not None:
             codes[self.redis.name] = self.redis.stop()
+        if self.pg_proxy is not None:
+            codes[self.pg_proxy.name] = self.pg_proxy.stop()
         return codes

@@ -35,6 +35,7 @@ _FAULT_STYLES = {
     "restart_redis": ("#762a83", "solid"),
     "purge_rabbitmq": ("#8c510a", (0, (5, 2))),
     "terminate_db_connections": ("#e08214", "dotted"),
+    "restart_postgres": ("#e08214", "solid"),
     "sigstop_worker": ("#01665e", (0, (3, 1, 1, 1, 1, 1))),
 }
 #: Other fault kinds take these in turn.
