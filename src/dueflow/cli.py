@@ -565,7 +565,9 @@ def demo(
     for the same seats, a show cancelled; with --flow shop, a shop: stock, coupons, a flash
     sale, orders that expire). Ends with a table of outcomes and checked invariants."""
     if url is not None:
-        from dueflow import demo_http, demo_http_shop, demo_http_tickets
+        from dueflow.demo import http as demo_http
+        from dueflow.demo import http_shop as demo_http_shop
+        from dueflow.demo import http_tickets as demo_http_tickets
 
         if not admin_token:
             err.print(
@@ -600,8 +602,9 @@ def demo(
                 console=out,
             )
         raise typer.Exit(0 if _run(sale) else 1)
-    from dueflow import demo as demo_module
-    from dueflow import demo_shop, demo_tickets
+    from dueflow.demo import marketplace as demo_module
+    from dueflow.demo import shop as demo_shop
+    from dueflow.demo import tickets as demo_tickets
 
     if flow is DemoFlow.TICKETS:
         sale = demo_tickets.run(

@@ -99,8 +99,8 @@ def test_an_unreachable_server_is_one_error_and_exit_2():
 
 
 def test_the_http_habits_swap_only_the_late_payment():
-    from dueflow.demo import BUYER_HABITS
-    from dueflow.demo_http import HTTP_BUYER_HABITS
+    from dueflow.demo.http import HTTP_BUYER_HABITS
+    from dueflow.demo.marketplace import BUYER_HABITS
 
     assert set(HTTP_BUYER_HABITS) == (set(BUYER_HABITS) - {"pays_late"}) | {"pays_on_cancel"}
     assert sum(HTTP_BUYER_HABITS.values()) == pytest.approx(sum(BUYER_HABITS.values()))

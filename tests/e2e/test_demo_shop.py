@@ -9,7 +9,7 @@ import sqlite3
 import httpx
 import pytest
 
-from dueflow import demo_shop_checks
+from dueflow.demo import shop_checks as demo_shop_checks
 from tests.e2e.live import serve
 from tests.e2e.test_demo_http import demo
 

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from dueflow.demo_http import DEADLINE_OF, Refused, dates_of, refusal
+from dueflow.demo.http import DEADLINE_OF, Refused, dates_of, refusal
 from dueflow.domain.lifecycle import FINAL_STATUSES
 from dueflow.service.payments import MIN_PAY_WINDOW
 

@@ -17,10 +17,11 @@ from pathlib import Path
 from sqlalchemy import delete, update
 from typer.testing import CliRunner
 
-from dueflow import bootstrap, cli, demo_shop_checks
+from dueflow import bootstrap, cli
 from dueflow.clock import FakeClock
 from dueflow.config import load_settings
-from dueflow.demo_shop_crowd import Shop
+from dueflow.demo import shop_checks as demo_shop_checks
+from dueflow.demo.shop_crowd import Shop
 from dueflow.service import accounts, orders, payments, shop
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import refunds

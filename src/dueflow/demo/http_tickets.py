@@ -1,11 +1,11 @@
-"""``dueflow demo --url ... --flow tickets``: :mod:`dueflow.demo_tickets`'s sale against a
+"""``dueflow demo --url ... --flow tickets``: :mod:`dueflow.demo.tickets`'s sale against a
 running ``dueflow serve`` (dev profile, simulator at ``/sim``), over the HTTP API only.
 
 The organizer puts the show on sale (``POST /api/shows``), buyers order seats (``POST
 /api/orders`` with ``show_id`` and ``seats``), look at the seat map when refused, pay through the
 simulator's control API and cancel; the organizer cancels the show (``POST
 /api/shows/{id}/cancel``). Time is the server's: the waves are fractions of the pay window read
-from the first order. The habits are :data:`dueflow.demo_http.HTTP_BUYER_HABITS` (no late bank
+from the first order. The habits are :data:`dueflow.demo.http.HTTP_BUYER_HABITS` (no late bank
 transfer over HTTP).
 
 The invariants: the admin summary's (the whole server's, read from its database) polled during
@@ -26,10 +26,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from dueflow import demo_http, demo_tickets
-from dueflow.demo import outcomes_table
-from dueflow.demo_http import HttpMarket, Refused, Server
-from dueflow.demo_tickets import LATECOMERS, LATECOMERS_AT, PRICES, SEATS, SHOW_CANCEL_AT, WAVES
+from dueflow.demo import http as demo_http
+from dueflow.demo import tickets as demo_tickets
+from dueflow.demo.http import HttpMarket, Refused, Server
+from dueflow.demo.marketplace import outcomes_table
+from dueflow.demo.tickets import LATECOMERS, LATECOMERS_AT, PRICES, SEATS, SHOW_CANCEL_AT, WAVES
 from dueflow.domain import seating
 from dueflow.domain.lifecycle import CANCELLED_STATUSES
 

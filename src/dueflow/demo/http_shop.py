@@ -1,4 +1,4 @@
-"""``dueflow demo --url ... --flow shop``: :mod:`dueflow.demo_shop`'s shop against a running
+"""``dueflow demo --url ... --flow shop``: :mod:`dueflow.demo.shop`'s shop against a running
 ``dueflow serve`` (dev profile, simulator at ``/sim``), over the HTTP API only.
 
 The seller makes the coupon templates and issues coupons (``POST /api/coupon-templates``,
@@ -8,7 +8,7 @@ The seller makes the coupon templates and issues coupons (``POST /api/coupon-tem
 ``flash_sale_id`` and ``quantity``), send a request again as if its answer was lost, pay through
 the simulator's control API, cancel, confirm receipt; the seller ships. Time is the server's:
 every wait is a fraction of a window read from the orders. The habits are
-:data:`dueflow.demo_http.HTTP_BUYER_HABITS` (no late bank transfer over HTTP).
+:data:`dueflow.demo.http.HTTP_BUYER_HABITS` (no late bank transfer over HTTP).
 
 The invariants: the admin summary's (the whole server's) polled during the sale and at the end,
 and the run's own read through the API at the end: the SKUs' and the sale's units as put on
@@ -34,11 +34,12 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from dueflow import demo_http, demo_shop_checks
-from dueflow.demo import Person, outcomes_table
-from dueflow.demo_http import HTTP_PAYING, HttpMarket, Refused, Server
-from dueflow.demo_shop_checks import DEAD, told
-from dueflow.demo_shop_crowd import (
+from dueflow.demo import http as demo_http
+from dueflow.demo import shop_checks as demo_shop_checks
+from dueflow.demo.http import HTTP_PAYING, HttpMarket, Refused, Server
+from dueflow.demo.marketplace import Person, outcomes_table
+from dueflow.demo.shop_checks import DEAD, told
+from dueflow.demo.shop_crowd import (
     FLASH_CLOSES,
     FLASH_LIMIT,
     FLASH_OPENS,
@@ -58,7 +59,7 @@ from dueflow.demo_shop_crowd import (
     template_total,
     validity,
 )
-from dueflow.demo_tickets import Promises
+from dueflow.demo.tickets import Promises
 
 #: How long the demo waits, once every order is final, for the last notices (seconds).
 LAST_NOTICES = 60.0

@@ -1,8 +1,8 @@
 """``dueflow demo --flow shop``: a simulated shop on the dev profile, in fast time.
 
-The people of :mod:`dueflow.demo_shop_crowd` act through the services in process, beside a
+The people of :mod:`dueflow.demo.shop_crowd` act through the services in process, beside a
 worker and its scanner; payments go through the simulated Alipay and WeChat Pay. The invariants
-(the engine's and :mod:`dueflow.demo_shop_checks`) are read from the database many times during
+(the engine's and :mod:`dueflow.demo.shop_checks`) are read from the database many times during
 the sale and once at the end, when every cancelled order must have had its one notice sent;
 the run is a failure if any did not hold at any check.
 """
@@ -25,8 +25,10 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from dueflow import demo, demo_shop_checks, render
-from dueflow.demo_shop_crowd import (
+from dueflow import render
+from dueflow.demo import marketplace
+from dueflow.demo import shop_checks as demo_shop_checks
+from dueflow.demo.shop_crowd import (
     FLASH_CLOSES,
     FLASH_LIMIT,
     FLASH_OPENS,
@@ -47,7 +49,7 @@ from dueflow.demo_shop_crowd import (
     template_total,
     validity,
 )
-from dueflow.demo_tickets import Promises
+from dueflow.demo.tickets import Promises
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.exceptions import DueflowError
 from dueflow.notifiers.log import LogNotifier
@@ -59,7 +61,7 @@ from dueflow.store import idempotency
 CHECK_EVERY = 0.5
 
 
-class ShopFloor(demo.Market, Crowd):
+class ShopFloor(marketplace.Market, Crowd):
     """The shop's buyers, placing, paying and cancelling in process."""
 
     def __init__(self, deps: Deps, rng: random.Random, sim: httpx.AsyncClient, shop: Shop) -> None:
@@ -100,7 +102,9 @@ class ShopFloor(demo.Market, Crowd):
         ids = [sku_id for sku_id, _ in self.shop.skus.values()]
         return {sku_id: (await shop.sku_view(self.deps, sku_id))["stock"] for sku_id in ids}
 
-    async def order_life(self, order: dict[str, Any], person: demo.Person, buyer: Any) -> None:
+    async def order_life(
+        self, order: dict[str, Any], person: marketplace.Person, buyer: Any
+    ) -> None:
         deps, rng, order_id = self.deps, self.rng, order["id"]
         durations = deps.policy.durations(order["order_type"])
         pay = order["pay_deadline"] - order["created_at"]
@@ -196,7 +200,7 @@ async def run(
     *, buyers: int, speed: float, db: Path | None, seed: int, live: bool, console: Console
 ) -> bool:
     """Run the shop; True when every invariant held at every check."""
-    async with demo.fast_world(speed=speed, db=db) as world:
+    async with marketplace.fast_world(speed=speed, db=db) as world:
         deps = world.deps
         seller = (await accounts.add_user(deps, "shop"))[0].id
         other = (await accounts.add_user(deps, "kites"))[0].id
@@ -214,7 +218,7 @@ async def run(
             f"{pay}, flash pay {flash})"
         )
         promises = Promises()
-        async with demo.worker_running(deps):
+        async with marketplace.worker_running(deps):
             stop = asyncio.Event()
             watcher = asyncio.create_task(_watch(deps, floor, promises, speed, stop))
             tasks = await _sell(floor, seller, people, pay)
@@ -247,7 +251,7 @@ async def _watch(
     """Check the invariants again and again until ``stop``."""
     while not stop.is_set():
         engine = await report.check_invariants(
-            deps, tolerance_seconds=demo.invariant_tolerance(speed)
+            deps, tolerance_seconds=marketplace.invariant_tolerance(speed)
         )
         promises.add(engine, await _own_promises(deps, floor, over=False))
         with contextlib.suppress(TimeoutError):
@@ -310,11 +314,13 @@ async def _summarise(
         (person, (await floor.view(order_id))["status"])
         for order_id, person in floor.people.items()
     ]
-    console.print(demo.outcomes_table(finals))
+    console.print(marketplace.outcomes_table(finals))
     console.print(await demo_shop_checks.units_table(deps))
     console.print(await _sale_table(deps, floor))
-    console.print(await demo.figures_table(deps, notifier, floor.refused, speed))
-    engine = await report.check_invariants(deps, tolerance_seconds=demo.invariant_tolerance(speed))
+    console.print(await marketplace.figures_table(deps, notifier, floor.refused, speed))
+    engine = await report.check_invariants(
+        deps, tolerance_seconds=marketplace.invariant_tolerance(speed)
+    )
     promises.add(engine, await _own_promises(deps, floor, over=True))
     console.print(promises.table())
     console.print(

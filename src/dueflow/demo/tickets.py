@@ -4,11 +4,11 @@ An organizer puts a show on sale (three sections of 20 seats, four seats a buyer
 waves, every buyer of a wave at the same moment, most of them after the same front seats: the
 database gives each seat to one order and refuses the rest (a refused buyer looks at the seat map
 and tries the best seats left). Some buyers place two orders at once, together past the limit.
-Each order then follows one of :data:`dueflow.demo.BUYER_HABITS`: paid through the simulated
-Alipay or WeChat Pay, paid at the wire, never paid (the pay deadline lets the seats go), cancelled,
-or paid by a late bank transfer after the order was cancelled (a discrepancy and a refund). Then
-the organizer cancels the show: unpaid orders are cancelled, paid ones refunded (pending review),
-their tickets void, and latecomers find sales closed.
+Each order then follows one of :data:`dueflow.demo.marketplace.BUYER_HABITS`: paid through the
+simulated Alipay or WeChat Pay, paid at the wire, never paid (the pay deadline lets the seats go),
+cancelled, or paid by a late bank transfer after the order was cancelled (a discrepancy and a
+refund). Then the organizer cancels the show: unpaid orders are cancelled, paid ones refunded
+(pending review), their tickets void, and latecomers find sales closed.
 
 The invariants are read from the database many times during the sale and once at the end.
 """
@@ -32,7 +32,8 @@ from rich.live import Live
 from rich.table import Table
 from sqlalchemy import case, func, select
 
-from dueflow import demo, render
+from dueflow import render
+from dueflow.demo import marketplace
 from dueflow.domain import seating
 from dueflow.domain.lifecycle import CANCELLED_STATUSES, OrderStatus
 from dueflow.exceptions import DueflowError
@@ -186,8 +187,9 @@ class Rush(ABC):
     each order's habit (kept in :attr:`people`)."""
 
     rng: random.Random
-    people: dict[int, demo.Person]
-    #: The habits orders are given (:data:`dueflow.demo.BUYER_HABITS` or the HTTP ones).
+    people: dict[int, marketplace.Person]
+    #: The habits orders are given (:data:`dueflow.demo.marketplace.BUYER_HABITS` or the HTTP
+    #: ones).
     habits: Mapping[str, float]
 
     @abstractmethod
@@ -217,17 +219,17 @@ class Rush(ABC):
                 again = pick_seats(rng, count, await self.free_seats())
                 if again:
                     placed = [await self.place(buyer, again)]
-        habit = demo.pick_habit(rng, dict(self.habits))
+        habit = marketplace.pick_habit(rng, dict(self.habits))
         orders = [order for order in placed if not isinstance(order, str)]
         for order in orders:
-            self.people[order["id"]] = demo.Person(habit, "-", False, False, False)
+            self.people[order["id"]] = marketplace.Person(habit, "-", False, False, False)
         await asyncio.gather(*(self.pay_window(order, habit, buyer) for order in orders))
 
 
-class BoxOffice(demo.Market, Rush):
+class BoxOffice(marketplace.Market, Rush):
     """The buyers of one show, placing, paying and cancelling in process."""
 
-    habits = demo.BUYER_HABITS
+    habits = marketplace.BUYER_HABITS
 
     def __init__(
         self, deps: Deps, rng: random.Random, sim: httpx.AsyncClient, show_id: int
@@ -258,7 +260,7 @@ async def run(
     *, buyers: int, speed: float, db: Path | None, seed: int, live: bool, console: Console
 ) -> bool:
     """Run the sale; True when every invariant held at every check."""
-    async with demo.fast_world(speed=speed, db=db) as world:
+    async with marketplace.fast_world(speed=speed, db=db) as world:
         deps = world.deps
         rng = random.Random(seed)
         organizer = (await accounts.add_user(deps, "organizer"))[0].id
@@ -284,15 +286,15 @@ async def run(
         )
         office = BoxOffice(deps, rng, world.sim, show_id)
         promises, figures = Promises(), Table("measure", "value", title="the sale")
-        async with demo.worker_running(deps):
+        async with marketplace.worker_running(deps):
             stop = asyncio.Event()
             watcher = asyncio.create_task(_watch(deps, show_id, promises, speed, stop))
             tasks = await _sell(office, organizer, people, latecomers, pay, figures)
             if live:
                 with Live(console=console, refresh_per_second=4, transient=False) as view:
-                    await demo.wait_until_settled(deps, tasks, view)
+                    await marketplace.wait_until_settled(deps, tasks, view)
             else:
-                await demo.wait_until_settled(deps, tasks, None)
+                await marketplace.wait_until_settled(deps, tasks, None)
             stop.set()
             await watcher
         return await _summarise(deps, world.notifier, office, promises, figures, console, speed)
@@ -304,7 +306,7 @@ async def _watch(
     """Check the invariants again and again until ``stop``."""
     while not stop.is_set():
         engine = await report.check_invariants(
-            deps, tolerance_seconds=demo.invariant_tolerance(speed)
+            deps, tolerance_seconds=marketplace.invariant_tolerance(speed)
         )
         promises.add(engine, await _ticket_promises(deps, show_id, over=False))
         with contextlib.suppress(TimeoutError):
@@ -355,11 +357,13 @@ async def _summarise(
         (person, (await office.view(order_id))["status"])
         for order_id, person in office.people.items()
     ]
-    console.print(demo.outcomes_table(finals, paying=()))
+    console.print(marketplace.outcomes_table(finals, paying=()))
     figures.add_row("orders placed", str(len(office.people)))
     console.print(figures)
-    console.print(await demo.figures_table(deps, notifier, office.refused, speed))
-    engine = await report.check_invariants(deps, tolerance_seconds=demo.invariant_tolerance(speed))
+    console.print(await marketplace.figures_table(deps, notifier, office.refused, speed))
+    engine = await report.check_invariants(
+        deps, tolerance_seconds=marketplace.invariant_tolerance(speed)
+    )
     promises.add(engine, await _ticket_promises(deps, office.show_id, over=True))
     console.print(promises.table())
     console.print(

@@ -17,7 +17,7 @@ from typing import Any
 from rich.table import Table
 from sqlalchemy import and_, func, or_, select
 
-from dueflow.demo_shop_crowd import Shop
+from dueflow.demo.shop_crowd import Shop
 from dueflow.domain.lifecycle import CANCELLED_STATUSES, OrderStatus
 from dueflow.domain.money import CENT
 from dueflow.domain.timers import TimerKind, TimerState

@@ -1,5 +1,5 @@
-"""The shop demo's people, in process (:mod:`dueflow.demo_shop`) or over HTTP
-(:mod:`dueflow.demo_http_shop`): what is on sale, when each buyer comes, what they order and
+"""The shop demo's people, in process (:mod:`dueflow.demo.shop`) or over HTTP
+(:mod:`dueflow.demo.http_shop`): what is on sale, when each buyer comes, what they order and
 how they go about it.
 
 A seller puts five SKUs on sale, makes three coupon templates (one valid for a little more than a
@@ -11,11 +11,11 @@ order comes back), some place two orders at once with one coupon (one gets it), 
 buyer (out of stock) reads what is left and orders that. Half of them also rush a flash sale of
 the sneakers (its own units, a limit of two a buyer): early ones find it not open, greedy ones
 run into the limit, late ones find it ended. Each order then follows one of
-:data:`dueflow.demo.BUYER_HABITS` and each paid one one of :data:`dueflow.demo.SELLER_HABITS`:
-paid and shipped (receipt confirmed or left to the timer), never paid (the units and the coupon
-come back, an early-bird coupon as expired), cancelled, paid by a late bank transfer (a
-discrepancy and a refund), never shipped (a refund; the units stay sold). The seller restocks
-the posters midway.
+:data:`dueflow.demo.marketplace.BUYER_HABITS` and each paid one one of
+:data:`dueflow.demo.marketplace.SELLER_HABITS`: paid and shipped (receipt confirmed or left to the
+timer), never paid (the units and the coupon come back, an early-bird coupon as expired), cancelled,
+paid by a late bank transfer (a discrepancy and a refund), never shipped (a refund; the units stay
+sold). The seller restocks the posters midway.
 
 """
 
@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from dueflow import demo
+from dueflow.demo import marketplace
 
 #: The shop's SKUs: title, price, units on sale per buyer (at least :data:`MIN_STOCK`; the
 #: flash sale's SKU has the sale's units besides, and shop orders leave it to the sale).
@@ -129,11 +129,11 @@ def coupon_asks(buyers: Sequence[Any]) -> list[tuple[int, Any]]:
     ]
 
 
-def rushes_to_pay(order: Mapping[str, Any], person: demo.Person) -> bool:
+def rushes_to_pay(order: Mapping[str, Any], person: marketplace.Person) -> bool:
     """A flash order of a buyer who pays is paid at once: its pay window is short (20 s on the
     dev profile, well under a real second in fast time), and a payment started near its end
     leaves the order to close-or-query after the deadline."""
-    return order["order_type"] == FLASH_ORDER_TYPE and person.buyer in demo.PAYING
+    return order["order_type"] == FLASH_ORDER_TYPE and person.buyer in marketplace.PAYING
 
 
 def template_total(share: float, buyers: int) -> int:
@@ -146,12 +146,13 @@ class Crowd(ABC):
 
     rng: random.Random
     shop: Shop
-    people: dict[int, demo.Person]
+    people: dict[int, marketplace.Person]
     refused: Counter[str]
     #: For each request sent again under its key: did it answer the first order?
     repeats: list[bool]
-    #: The habits orders are given (:data:`dueflow.demo.BUYER_HABITS` or the HTTP ones).
-    buyer_habits: Mapping[str, float] = demo.BUYER_HABITS
+    #: The habits orders are given (:data:`dueflow.demo.marketplace.BUYER_HABITS` or the HTTP
+    #: ones).
+    buyer_habits: Mapping[str, float] = marketplace.BUYER_HABITS
 
     @abstractmethod
     async def place(self, buyer: Any, body: dict[str, Any], key: str) -> dict[str, Any] | str:
@@ -164,7 +165,9 @@ class Crowd(ABC):
         """Units on sale now, by SKU id."""
 
     @abstractmethod
-    async def order_life(self, order: dict[str, Any], person: demo.Person, buyer: Any) -> None:
+    async def order_life(
+        self, order: dict[str, Any], person: marketplace.Person, buyer: Any
+    ) -> None:
         """The order after placing: paid or not by the buyer's habit, shipped or not by the
         seller's, its receipt confirmed or left to the timer."""
 
@@ -219,9 +222,9 @@ class Crowd(ABC):
         for order in placed:
             if order is None:
                 continue
-            person = demo.Person(
-                demo.pick_habit(rng, dict(self.buyer_habits)),
-                demo.pick_habit(rng, demo.SELLER_HABITS),
+            person = marketplace.Person(
+                marketplace.pick_habit(rng, dict(self.buyer_habits)),
+                marketplace.pick_habit(rng, marketplace.SELLER_HABITS),
                 rng.random() < 0.5,
                 False,
                 False,

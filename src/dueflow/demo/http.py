@@ -8,12 +8,12 @@ Time is the server's and it runs at its own pace: every wait is a fraction of a 
 the order views (``pay_deadline - created_at``, ``ship_deadline - paid_at``, ...), never from a
 policy, slept in real time (corrected for the offset between this clock and the server's).
 
-The habits are :mod:`dueflow.demo`'s with one exception. ``pays_late`` (a bank transfer recorded
-after the order was cancelled) has no HTTP route, so over HTTP it becomes ``pays_on_cancel``: the
-buyer opens the pay page and presses cancel while paying on the phone (the simulator's
-``/control/pay-on-close``). The cancel closes the trade first, the close loses, close-or-query
-finds the payment, the cancel is refused (``cancel while paying (invalid_transition)``) and the
-order goes on to its seller.
+The habits are :mod:`dueflow.demo.marketplace`'s with one exception. ``pays_late`` (a bank transfer
+recorded after the order was cancelled) has no HTTP route, so over HTTP it becomes
+``pays_on_cancel``: the buyer opens the pay page and presses cancel while paying on the phone (the
+simulator's ``/control/pay-on-close``). The cancel closes the trade first, the close loses,
+close-or-query finds the payment, the cancel is refused (``cancel while paying
+(invalid_transition)``) and the order goes on to its seller.
 
 The live view polls ``GET /api/admin/summary`` (the whole server); the run ends when every
 simulated person is done and no order of this run is in a live status. The figures and the
@@ -38,13 +38,21 @@ from rich.live import Live
 from rich.table import Table
 
 from dueflow import render
-from dueflow.demo import BUYER_HABITS, PAYING, SELLER_HABITS, Person, outcomes_table, pick_habit
+from dueflow.demo.marketplace import (
+    BUYER_HABITS,
+    PAYING,
+    SELLER_HABITS,
+    Person,
+    outcomes_table,
+    pick_habit,
+)
 from dueflow.domain.lifecycle import FINAL_STATUSES
 from dueflow.exceptions import DomainError, DueflowError
 from dueflow.service import payments
 from dueflow.service.report import Invariants, Snapshot
 
-#: :data:`dueflow.demo.BUYER_HABITS` with ``pays_late`` replaced (see the module docstring).
+#: :data:`dueflow.demo.marketplace.BUYER_HABITS` with ``pays_late`` replaced (see the module
+#: docstring).
 HTTP_BUYER_HABITS = {
     ("pays_on_cancel" if habit == "pays_late" else habit): weight
     for habit, weight in BUYER_HABITS.items()
