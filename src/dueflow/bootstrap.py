@@ -20,7 +20,7 @@ from dueflow.notifiers.base import Notifier
 from dueflow.notifiers.log import LogNotifier
 from dueflow.payments.base import PaymentProvider, Providers
 from dueflow.payments.manual import ManualProvider
-from dueflow.seatcache import NoSeatCache, SeatCache
+from dueflow.seatcache.base import NoSeatCache, SeatCache
 from dueflow.service.deps import Deps
 from dueflow.store import migrate, servertime
 from dueflow.store.db import Database
@@ -164,7 +164,7 @@ def build_seat_cache(settings: Settings, *, metrics: Metrics | None = None) -> S
         url = f"{base}?{urlencode({'prefix': prefix})}" if prefix else base
     if url is None:
         return NoSeatCache()
-    from dueflow.seatcache_redis import RedisSeatCache
+    from dueflow.seatcache.redis import RedisSeatCache
 
     errors = metrics.seat_cache_errors if metrics is not None else None
     return RedisSeatCache.from_url(url, errors=errors)

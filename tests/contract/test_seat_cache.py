@@ -25,8 +25,8 @@ from sqlalchemy import func, select
 from dueflow import bootstrap
 from dueflow.config import load_settings
 from dueflow.exceptions import ConfigError, SeatUnavailable
-from dueflow.seatcache import NoSeatCache
-from dueflow.seatcache_redis import LOADED, RedisSeatCache
+from dueflow.seatcache.base import NoSeatCache
+from dueflow.seatcache.redis import LOADED, RedisSeatCache
 from dueflow.service import orders, payments, tickets
 from dueflow.store import shows
 from dueflow.store.schema import seat_holds

@@ -14,7 +14,7 @@ from dueflow.locks import Locks, NoLocks
 from dueflow.metrics import Metrics
 from dueflow.notifiers.base import Notifier
 from dueflow.payments.base import Providers
-from dueflow.seatcache import NoSeatCache, SeatCache
+from dueflow.seatcache.base import NoSeatCache, SeatCache
 from dueflow.store.db import Database
 from dueflow.store.holds import Holds
 from dueflow.store.timers import Armed

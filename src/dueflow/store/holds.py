@@ -21,7 +21,7 @@ from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.exceptions import CouponUnusable, GoodsUnavailable, OutOfStock, PurchaseLimitExceeded
-from dueflow.seatcache import NoSeatCache, SeatCache
+from dueflow.seatcache.base import NoSeatCache, SeatCache
 from dueflow.store import goods, shop, shows, tally
 from dueflow.store.db import after_commit
 from dueflow.store.schema import flash_sales, order_lines, skus

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.seatcache import NoSeatCache
+from dueflow.seatcache.base import NoSeatCache
 from dueflow.service.deps import Deps
 from dueflow.store import shows
 from dueflow.store.schema import seat_holds

@@ -14,7 +14,7 @@ import pytest
 
 from dueflow.api.app import create_app
 from dueflow.domain import seating
-from dueflow.seatcache import SeatCache
+from dueflow.seatcache.base import SeatCache
 from dueflow.service import accounts, orders, payments, tickets
 from tests.unit.api.test_admin_pages import log_in
 

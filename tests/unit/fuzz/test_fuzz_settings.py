@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from dueflow import bootstrap
 from dueflow.config import Settings, load_settings
 from dueflow.exceptions import ConfigError
-from dueflow.seatcache_redis import RedisSeatCache
+from dueflow.seatcache.redis import RedisSeatCache
 from dueflow.store.db import async_url
 from dueflow.timers import registry
 from tests.unit.fuzz import any_text, fuzz_settings, mutated_text, number_text, raises_only

@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from dueflow.exceptions import ConfigError
-from dueflow.seatcache import SeatCache
+from dueflow.seatcache.base import SeatCache
 from dueflow.store.shows import FREE, SeatMove
 
 log = logging.getLogger(__name__)
