@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, urlencode
 from dueflow.clock import Clock, DatabaseClock, SystemClock
 from dueflow.config import Settings
 from dueflow.exceptions import ConfigError
-from dueflow.locks import Bypasses, Locks, NoLocks
+from dueflow.locks.base import Bypasses, Locks, NoLocks
 from dueflow.metrics import Metrics
 from dueflow.notifiers.base import Notifier
 from dueflow.notifiers.log import LogNotifier
@@ -145,7 +145,7 @@ def build_locks(settings: Settings, *, metrics: Metrics | None = None) -> Locks:
     )
     if url is None:
         return NoLocks()
-    from dueflow.locks_redis import RedisLocks
+    from dueflow.locks.redis import RedisLocks
 
     counter = metrics.lock_bypassed if metrics is not None else None
     return RedisLocks.from_url(

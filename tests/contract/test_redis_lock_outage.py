@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from dueflow.exceptions import Busy
-from dueflow.locks import RedisLocks
+from dueflow.locks.redis import RedisLocks
 from dueflow.service import accounts, orders, payments
 from tests.conftest import eventually
 from tests.contract.conftest import REDIS_URL

@@ -22,7 +22,8 @@ from dueflow.api.app import create_app as dueflow_app
 from dueflow.clock import FakeClock
 from dueflow.config import load_settings
 from dueflow.exceptions import BackendUnavailable, Busy, InvalidTransition
-from dueflow.locks import Bypasses, NoLocks, RedisLocks, held
+from dueflow.locks.base import Bypasses, NoLocks, held
+from dueflow.locks.redis import RedisLocks
 from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator.app import create_app as simulator_app
 from dueflow.service import accounts, orders, payments

@@ -17,7 +17,7 @@ from dueflow.exceptions import (
     PaymentMismatch,
     ProviderUnavailable,
 )
-from dueflow.locks import Locks
+from dueflow.locks.base import Locks
 from dueflow.payments.base import (
     CloseOutcome,
     CloseResult,

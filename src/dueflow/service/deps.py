@@ -10,7 +10,7 @@ from datetime import timedelta
 from dueflow.clock import Clock
 from dueflow.domain.deadlines import DeadlinePolicy
 from dueflow.domain.timers import MAX_ATTEMPTS
-from dueflow.locks import Locks, NoLocks
+from dueflow.locks.base import Locks, NoLocks
 from dueflow.metrics import Metrics
 from dueflow.notifiers.base import Notifier
 from dueflow.payments.base import Providers

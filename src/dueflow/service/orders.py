@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow import locks
 from dueflow.domain.deadlines import DEFAULT_ORDER_TYPE
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.lifecycle import lifecycle as flow_named
@@ -26,6 +25,7 @@ from dueflow.exceptions import (
     NotYourRole,
     ProviderUnavailable,
 )
+from dueflow.locks import base as locks
 from dueflow.payments.base import CloseResult
 from dueflow.service import lifecycle
 from dueflow.service import payments as payment_service

@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow import locks
 from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.money import parse_yuan
@@ -31,6 +30,7 @@ from dueflow.exceptions import (
     ProviderUnavailable,
     SalesClosed,
 )
+from dueflow.locks import base as locks
 from dueflow.payments.base import (
     Attempt,
     CloseOutcome,

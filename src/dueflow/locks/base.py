@@ -1,5 +1,5 @@
-"""Short-lived named locks: a port with a no-op adapter here and a Redis one in
-:mod:`dueflow.locks_redis` (imported only where Redis is configured).
+"""Short-lived named locks: the port, :func:`held`, and the no-op adapter (the Redis one is
+:mod:`dueflow.locks.redis`).
 
 Where they go: around the use cases where many callers contend for one thing, so that they
 take turns before any database work instead of piling up on the database's row locks:
@@ -34,12 +34,10 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter
 
 from dueflow.exceptions import BackendUnavailable, Busy
-
-if TYPE_CHECKING:
-    from prometheus_client import Counter
 
 log = logging.getLogger(__name__)
 
@@ -205,13 +203,3 @@ class NoLocks(Locks):
 
     async def release(self, key: str, token: str) -> bool:
         return True
-
-
-def __getattr__(name: str) -> Any:
-    """``RedisLocks`` from :mod:`dueflow.locks_redis`, where it moved so that a process without
-    Redis locks does not import the Redis client."""
-    if name == "RedisLocks":
-        from dueflow.locks_redis import RedisLocks
-
-        return RedisLocks
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,5 @@
-"""The Redis adapter of :mod:`dueflow.locks`: a lock is a key holding its owner's token with
-a TTL, taken and released by scripts that act only on the expected token. In a module of its
-own so that only processes configured with Redis locks import the Redis client.
-"""
+"""Named locks in Redis: an owner token per key with a TTL, taken and released by scripts (the
+port and :func:`~dueflow.locks.base.held` are in :mod:`dueflow.locks.base`)."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from dueflow.exceptions import BackendUnavailable, ConfigError
-from dueflow.locks import DEFAULT_WAIT, Bypasses, Locks, new_token
+from dueflow.locks.base import DEFAULT_WAIT, Bypasses, Locks, new_token
 
 #: Delete the key only while it still holds the caller's token.
 RELEASE_SCRIPT = """
