@@ -7,15 +7,14 @@ Names follow Prometheus' conventions: base units in the name (``_seconds``), cou
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from sqlalchemy import event
 
 if TYPE_CHECKING:
-    from dueflow.service.report import Snapshot
     from dueflow.store.db import Database
 
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900)
@@ -28,6 +27,27 @@ TRIGGER_OPERATIONS = ("arm", "wait", "ack", "feed")
 SEAT_CACHE_OPERATIONS = ("moved", "states", "taken", "load")
 #: Timers claimed per batch: one delivered id up to the largest ``max_batch_size``.
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+class Readings(Protocol):
+    """What the gauges read from the database are set from (a
+    :class:`dueflow.service.report.Snapshot`, which metrics need not import: the use cases
+    import metrics, never the other way)."""
+
+    @property
+    def orders(self) -> Mapping[str, int]: ...
+    @property
+    def timers(self) -> Mapping[str, int]: ...
+    @property
+    def overdue(self) -> int: ...
+    @property
+    def stuck(self) -> int: ...
+    @property
+    def refunds(self) -> Mapping[str, int]: ...
+    @property
+    def discrepancies(self) -> int: ...
+    @property
+    def event_backlog(self) -> int: ...
 
 
 class Metrics:
@@ -184,7 +204,7 @@ class Metrics:
         """One ``operation`` of the ``trigger`` (its URL scheme) failed."""
         self.trigger_errors.labels(trigger, operation).inc()
 
-    def record_snapshot(self, snapshot: Snapshot) -> None:
+    def record_snapshot(self, snapshot: Readings) -> None:
         """Set the gauges read from the database (each scrape takes a fresh snapshot)."""
         self.overdue.set(snapshot.overdue)
         self.stuck.set(snapshot.stuck)
