@@ -15,7 +15,7 @@ from dueflow.clock import Clock, DatabaseClock, SystemClock
 from dueflow.config import Settings
 from dueflow.exceptions import ConfigError
 from dueflow.locks.base import Bypasses, Locks, NoLocks
-from dueflow.metrics import Metrics
+from dueflow.metrics.prometheus import Metrics
 from dueflow.notifiers.base import Notifier
 from dueflow.notifiers.log import LogNotifier
 from dueflow.payments.base import PaymentProvider, Providers

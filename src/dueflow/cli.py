@@ -430,7 +430,7 @@ def worker(
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
     """Run timers as they come due, and the scanner, until SIGINT or SIGTERM."""
-    from dueflow.worker import exposition
+    from dueflow.metrics import exposition
     from dueflow.worker.runner import Worker, run_feeder
     from dueflow.worker.scanner import run_scanner
 
@@ -440,6 +440,10 @@ def worker(
     async def go(deps: Deps) -> None:
         await migrations.require_head(deps.db)  # exits 2 over a schema not migrated
         sock = None if metrics_port is None else exposition.listen(metrics_host, metrics_port)
+
+        async def refresh_gauges() -> None:
+            deps.metrics.record_snapshot(await report.snapshot(deps))
+
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -457,7 +461,8 @@ def worker(
         tasks.append(asyncio.create_task(run_feeder(runner, stop)))
         tasks += events.start(deps, bootstrap.build_event_webhook(settings), stop)
         if sock is not None:
-            tasks.append(asyncio.create_task(exposition.serve_metrics(deps, sock, stop)))
+            scrape = exposition.metrics_app(deps.metrics, refresh_gauges)
+            tasks.append(asyncio.create_task(exposition.serve_metrics(scrape, sock, stop)))
             err.print(f"metrics on http://{metrics_host}:{sock.getsockname()[1]}/metrics")
         err.print(f"worker {runner.name} running ({concurrency} loops); Ctrl-C stops")
         await asyncio.gather(*tasks)

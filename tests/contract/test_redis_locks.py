@@ -202,7 +202,7 @@ def test_locks_follow_the_trigger_url(monkeypatch):
 def test_bootstrap_gives_the_locks_their_wait_and_the_bypass_counter():
     from dueflow.bootstrap import build_locks
     from dueflow.config import load_settings
-    from dueflow.metrics import Metrics
+    from dueflow.metrics.prometheus import Metrics
 
     metrics = Metrics()
     settings = load_settings(locks_url="redis://127.0.0.1:6379/14", lock_wait="300ms")

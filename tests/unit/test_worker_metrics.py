@@ -16,7 +16,7 @@ import yaml
 
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import BackendUnavailable, ConfigError
-from dueflow.metrics import Metrics
+from dueflow.metrics.prometheus import Metrics
 from dueflow.service import orders
 from dueflow.service.deps import Deps
 from dueflow.service.timeouts import HANDLERS
@@ -198,7 +198,7 @@ def test_the_metrics_socket_listens_on_ipv4_and_ipv6_hosts(host, family):
     """Found in review: an IPv6 host (``--metrics-host ::1``) could not be listened on."""
     import socket
 
-    from dueflow.worker import exposition
+    from dueflow.metrics import exposition
 
     try:
         sock = exposition.listen(host, 0)

@@ -11,7 +11,7 @@ from dueflow.clock import Clock
 from dueflow.domain.deadlines import DeadlinePolicy
 from dueflow.domain.timers import MAX_ATTEMPTS
 from dueflow.locks.base import Locks, NoLocks
-from dueflow.metrics import Metrics
+from dueflow.metrics.prometheus import Metrics
 from dueflow.notifiers.base import Notifier
 from dueflow.payments.base import Providers
 from dueflow.seatcache.base import NoSeatCache, SeatCache

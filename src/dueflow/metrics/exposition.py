@@ -1,6 +1,8 @@
-"""/metrics for a worker process (``dueflow worker --metrics-port``): the process's own
-registry (handler time, batch sizes, trigger errors, the scanner's finds, lateness) and the
-gauges read from the database, exactly as ``dueflow serve`` exposes them."""
+"""/metrics on a socket of its own, for a process without an API (``dueflow worker
+--metrics-port``): the process's own registry (handler time, batch sizes, trigger errors, the
+scanner's finds, lateness) and the gauges read from the database, exactly as ``dueflow serve``
+exposes them. The caller says how the gauges are read (the use case), so this adapter imports
+none."""
 
 from __future__ import annotations
 
@@ -8,15 +10,14 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from dueflow.exceptions import ConfigError, DueflowError
-from dueflow.service import report
-from dueflow.service.deps import Deps
+from dueflow.metrics.prometheus import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -35,28 +36,27 @@ def listen(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
 
 
-def metrics_app(deps: Deps) -> FastAPI:
-    """An app answering GET /metrics in the Prometheus text format."""
+def metrics_app(process_metrics: Metrics, refresh: Callable[[], Awaitable[None]]) -> FastAPI:
+    """An app answering GET /metrics in the Prometheus text format, each scrape after
+    ``refresh`` (which sets the gauges read from the database)."""
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
 
     @app.get("/metrics")
     async def metrics() -> Response:
         try:
-            deps.metrics.record_snapshot(await report.snapshot(deps))
+            await refresh()
         except DueflowError as exc:
             # The process's own counters still tell what is wrong (trigger and scanner errors);
             # the database gauges keep the values of the last scrape that could read them.
             log.warning("metrics: database gauges not refreshed (%s)", exc.message)
-        return Response(deps.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        return Response(process_metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return app
 
 
-async def serve_metrics(deps: Deps, sock: socket.socket, stop: asyncio.Event) -> None:
-    """Serve /metrics on ``sock`` until ``stop`` is set."""
-    config = uvicorn.Config(
-        metrics_app(deps), lifespan="off", log_level="warning", access_log=False
-    )
+async def serve_metrics(app: FastAPI, sock: socket.socket, stop: asyncio.Event) -> None:
+    """Serve ``app`` (:func:`metrics_app`) on ``sock`` until ``stop`` is set."""
+    config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
     server = _Server(config)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     stopping = asyncio.create_task(stop.wait())
