@@ -16,7 +16,7 @@ from sqlalchemy import update
 
 from dueflow.api.app import create_app
 from dueflow.service import accounts, orders, payments, shop
-from dueflow.store.schema import skus, users
+from dueflow.store.schema import flash_sales, skus, users
 from tests.unit.api.test_admin_pages import log_in
 
 PAGES = (
@@ -143,7 +143,13 @@ async def test_the_flash_sales_show_sold_held_left_their_window_and_limit(client
         )
         return int(view["id"])
 
-    ended = await sale(-timedelta(hours=2), -timedelta(hours=1), 1)
+    ended = await sale(timedelta(0), timedelta(minutes=1), 1)
+    async with world.deps.db.write() as conn:  # its window passed (an ended one is refused)
+        await conn.execute(
+            update(flash_sales)
+            .where(flash_sales.c.id == ended)
+            .values(starts_at=now - timedelta(hours=2), ends_at=now - timedelta(hours=1))
+        )
     live = await sale(timedelta(0), timedelta(hours=1), 3)
     upcoming = await sale(timedelta(days=1), timedelta(days=2), 2)
     bought = await shop.place_flash_order(
