@@ -4,16 +4,22 @@ its attempts (issue 23, item 2): a real database trigger refuses its cancel."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 
 from sqlalchemy import select
 
 from dueflow.domain.timers import TimerKind
+from dueflow.exceptions import Busy
 from dueflow.service import operations
 from dueflow.service import orders as order_service
+from dueflow.service.deps import Deps
+from dueflow.service.timeouts import HANDLERS
 from dueflow.store.schema import orders
 from dueflow.store.schema import timers as t_timers
+from dueflow.store.timers import Claimed
+from dueflow.worker import runner
+from dueflow.worker.runner import Worker
 
 K = TimerKind
 
@@ -141,3 +147,86 @@ async def test_one_refused_order_holds_up_no_other_and_is_parked_after_its_attem
     assert await status(world, refused) == "cancelled_unpaid"
     timer = await cancel_timer(world, refused)
     assert (timer.state, timer.outcome) == ("done", "cancelled")
+
+
+async def _unpaid_past_deadline(world, n: int) -> list[int]:
+    placed = [
+        await order_service.place_order(
+            world.deps, buyer_id=world.buyer, goods_id=await world.goods()
+        )
+        for _ in range(n)
+    ]
+    world.clock.advance(timedelta(minutes=30))
+    return placed
+
+
+async def test_a_busy_share_goes_back_whole_without_splitting(world, no_pauses):
+    """A busy lock is no one order's doing: past its reruns in place the share goes back whole,
+    due again in seconds, each half never run (on MariaDB each run waits out the lock)."""
+    seen: list[list[int]] = []
+
+    async def busy(deps: Deps, batch: Sequence[Claimed]) -> None:
+        seen.append([t.order_id for t in batch])
+        raise Busy("order:1 is busy")
+
+    worker = Worker(world.deps, handlers={**HANDLERS, K.CANCEL_UNPAID: busy})
+    placed = await _unpaid_past_deadline(world, 4)
+    await worker.run_once()
+    assert seen == [placed] * (1 + len(runner.RERUN_PAUSES))
+    assert worker.stats.splits == 0
+    for order_id in placed:
+        timer = await cancel_timer(world, order_id)
+        assert (timer.state, timer.last_error) == ("scheduled", "Busy: order:1 is busy")
+        assert timer.due_at == world.clock.now() + timedelta(seconds=2)
+
+
+async def test_the_split_stops_at_its_budget_and_hands_the_rest_back_whole(world):
+    """Each run of the handler takes a third of a lease of real time: one lease after the first
+    failure the split stops, and what it has not run yet goes back whole."""
+    lease = world.deps.lease.total_seconds()
+    now = [0.0]
+    seen: list[list[int]] = []
+    placed = await _unpaid_past_deadline(world, 8)
+    bad = placed[5]
+
+    async def slow(deps: Deps, batch: Sequence[Claimed]) -> None:
+        seen.append([t.order_id for t in batch])
+        now[0] += lease / 3
+        if bad in [t.order_id for t in batch]:
+            raise RuntimeError("a bug trips on this order")
+        await HANDLERS[K.CANCEL_UNPAID](deps, batch)
+
+    worker = Worker(
+        world.deps, handlers={**HANDLERS, K.CANCEL_UNPAID: slow}, monotonic=lambda: now[0]
+    )
+    await worker.run_once()
+    # The whole, its halves, then [4, 5]; one lease has passed: [4], [5], [6, 7] are not run.
+    assert seen == [placed, placed[:4], placed[4:], placed[4:6]]
+    for order_id in placed[:4]:
+        assert await status(world, order_id) == "cancelled_unpaid"
+    for order_id in placed[4:]:
+        timer = await cancel_timer(world, order_id)
+        assert (timer.state, timer.last_error) == (
+            "scheduled",
+            "RuntimeError: a bug trips on this order",
+        )
+        assert await status(world, order_id) == "pending_payment"
+
+
+async def test_a_failure_of_every_order_costs_a_bounded_number_of_runs(world):
+    """A handler failing on every order (a code error) is not run on every half down to each
+    timer (2n - 1 runs): the split spends its runs and hands the rest back whole."""
+    runs = 0
+
+    async def broken(deps: Deps, batch: Sequence[Claimed]) -> None:
+        nonlocal runs
+        runs += 1
+        raise RuntimeError("a bug trips on every order")
+
+    worker = Worker(world.deps, handlers={**HANDLERS, K.CANCEL_UNPAID: broken})
+    placed = await _unpaid_past_deadline(world, 16)
+    await worker.run_once()
+    assert runs == 1 + runner.SPLIT_RUNS_PER_BIT * len(placed).bit_length() < 2 * len(placed) - 1
+    for order_id in placed:
+        timer = await cancel_timer(world, order_id)
+        assert (timer.state, timer.attempts) == ("scheduled", 1)

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,27 @@ DETACH_AFTER = 0.2
 #: re-claim and a backoff that grows with every earlier failure of the timer (2, 4, 8 s): the
 #: chaos soak found unpaid cancels 19-22 s late after pg_terminate_backend.
 RERUN_PAUSES = (0.2, 1.0)
+#: Handler runs the isolation of one failure may spend, per bit of the share's size: 4 x 8 = 32
+#: runs for a share of 200, enough to find two failing timers (about 2 log2 n runs each),
+#: where running every half of a share that fails whole (a code error, a failure of every
+#: order) took 2n - 1. What is not isolated within that goes back whole.
+SPLIT_RUNS_PER_BIT = 4
+
+
+@dataclass
+class SplitBudget:
+    """What the isolation of one handler failure may still spend: handler runs, and real time
+    up to ``until`` (a monotonic time, one lease after the failure)."""
+
+    until: float
+    runs: int
+
+    def take(self, now: float) -> bool:
+        """Take one run if any is left and the time is not spent; False once spent."""
+        if self.runs <= 0 or now >= self.until:
+            return False
+        self.runs -= 1
+        return True
 
 
 @dataclass
@@ -60,9 +82,17 @@ class Stats:
 class Worker:
     """Runs due timers. Any number may run at once: claims are exclusive."""
 
-    def __init__(self, deps: Deps, *, handlers: Mapping[TimerKind, Handler] = HANDLERS) -> None:
+    def __init__(
+        self,
+        deps: Deps,
+        *,
+        handlers: Mapping[TimerKind, Handler] = HANDLERS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.deps = deps
         self.handlers = handlers
+        #: Real time, for the isolation's budget (a cost in the lane, not a deadline).
+        self.monotonic = monotonic
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.stats = Stats()
         self._limit: int | None = None  # the next batch's size; None: batch_size
@@ -99,34 +129,48 @@ class Worker:
     async def _run_handler(self, kind: TimerKind, group: Sequence[Claimed]) -> None:
         """Run the kind's handler on ``group``; a lost connection or a busy lock runs it again
         in place (:data:`RERUN_PAUSES`) on the timers still claimed; what still fails is
-        isolated (:meth:`_isolate`)."""
+        isolated (:meth:`_isolate`), but for a busy lock."""
         pauses = iter(RERUN_PAUSES)
         while True:
             try:
                 await self.handlers[kind](self.deps, group)
             except (BackendUnavailable, Busy) as exc:
-                if not await _paused(pauses, exc, f"{kind.value} handler for {len(group)} timers"):
-                    await self._isolate(kind, group, exc)
-                    return
-                self.stats.reruns += 1
-                group = await self._still_claimed(group)
-                if not group:
-                    return
+                if await _paused(pauses, exc, f"{kind.value} handler for {len(group)} timers"):
+                    self.stats.reruns += 1
+                    group = await self._still_claimed(group)
+                    if not group:
+                        return
+                    continue
+                failure: Exception = exc
             except Exception as exc:
-                await self._isolate(kind, group, exc)
-                return
+                failure = exc
             else:
                 self.deps.metrics.fired.labels(kind.value, "ran").inc(len(group))
                 return
+            budget = SplitBudget(
+                until=self.monotonic() + self.deps.lease.total_seconds(),
+                runs=SPLIT_RUNS_PER_BIT * len(group).bit_length(),
+            )
+            await self._isolate(kind, group, failure, budget)
+            return
 
-    async def _isolate(self, kind: TimerKind, group: Sequence[Claimed], exc: Exception) -> None:
+    async def _isolate(
+        self, kind: TimerKind, group: Sequence[Claimed], exc: Exception, budget: SplitBudget
+    ) -> None:
         """After the handler failed on ``group``: run each half of the timers still claimed
         again, and so on down to the timers that fail on their own, which alone go back
         (:meth:`_failed`). One order the handler cannot act on (a trigger refusing its update,
         a row a bug trips on) thus holds up no other order of the batch: handed back together
         they were due again together and failed together, for good. Each half runs once,
-        without reruns in place; if the database cannot even say which timers are still
-        claimed (it is down, not refusing one order), the whole group goes back at once."""
+        without reruns in place. Bounded by ``budget`` (runs, and one lease of real time since
+        the failure): past it, what is left goes back whole, as does the whole group if the
+        database cannot even say which timers are still claimed (it is down, not refusing one
+        order). A busy lock is never split: no one order causes it, and each half would wait
+        on the lock again (on MariaDB innodb_lock_wait_timeout, 50 s a wait); the group goes
+        back whole, due again in seconds."""
+        if isinstance(exc, Busy):
+            await self._failed(kind, group, exc)
+            return
         if len(group) > 1:
             held = await self._claims_held(group)
             if held is None:
@@ -146,10 +190,18 @@ class Worker:
         )
         middle = len(group) // 2
         for half in (group[:middle], group[middle:]):
+            if not budget.take(self.monotonic()):
+                log.warning(
+                    "%s: the isolation of a failure spent its budget; %d timers go back whole",
+                    kind.value,
+                    len(half),
+                )
+                await self._failed(kind, half, exc)
+                continue
             try:
                 await self.handlers[kind](self.deps, half)
             except Exception as again:
-                await self._isolate(kind, half, again)
+                await self._isolate(kind, half, again, budget)
             else:
                 self.deps.metrics.fired.labels(kind.value, "ran").inc(len(half))
 
