@@ -105,7 +105,8 @@ class Settings(BaseSettings):
     #: Claimed batches one worker runs at once: a batch waiting on a provider does not hold
     #: up the next one.
     worker_batches: int = Field(default=4, ge=1, le=64)
-    #: Attempts after which a timer whose handler keeps failing is parked for an operator.
+    #: Consecutive failures of its handler after which a timer is parked for an operator (a
+    #: handler's own retry, such as a refund still processing, is no failure and ends a run).
     timer_max_attempts: int = Field(default=MAX_ATTEMPTS, ge=1, le=1000)
 
     #: Where providers reach dueflow's notify routes (``{public_url}/notify/alipay`` ...).

@@ -159,7 +159,7 @@ class OrderTimerView(View):
     kind: str
     deadline_at: datetime
     due_at: datetime
-    state: str = Field(description="scheduled | claimed | done | cancelled")
+    state: str = Field(description="scheduled | claimed | done | cancelled | parked")
     attempts: int
     stuck: bool
     outcome: str | None
@@ -174,6 +174,9 @@ class TimerView(OrderTimerView):
     lease_until: datetime | None
     claim_token: str | None
     last_error: str | None
+    failures: int = Field(
+        description="its handler's failures on it in a row; parked at DUEFLOW_TIMER_MAX_ATTEMPTS"
+    )
 
 
 class OverdueTimer(TimerView):

@@ -25,13 +25,14 @@ class TimerKind(StrEnum):
 
 class TimerState(StrEnum):
     """A timer's life: scheduled -> claimed (with a lease) -> done | cancelled; failures go back
-    to scheduled, and past the last attempt to parked, where an operator runs it again."""
+    to scheduled, and at ``max_attempts`` failures in a row to parked, where an operator runs it
+    again."""
 
     SCHEDULED = "scheduled"
     CLAIMED = "claimed"
     DONE = "done"
     CANCELLED = "cancelled"
-    #: Its handler failed on it ``max_attempts`` times: no worker takes it again until an
+    #: Its handler failed on it ``max_attempts`` times in a row: no worker takes it again until an
     #: operator runs it again (dashboard, alert, ``dueflow timers run-again``).
     PARKED = "parked"
 
@@ -39,7 +40,7 @@ class TimerState(StrEnum):
 BACKOFF_FIRST = timedelta(seconds=30)
 BACKOFF_CAP = timedelta(minutes=10)
 STUCK_AFTER_ATTEMPTS = 5
-#: Attempts after which a timer whose handler keeps failing is parked (``DUEFLOW_TIMER_MAX_ATTEMPTS``).
+#: Failures in a row after which a timer is parked (``DUEFLOW_TIMER_MAX_ATTEMPTS``).
 MAX_ATTEMPTS = 20
 
 
@@ -79,6 +80,8 @@ def is_stuck(attempts: int) -> bool:
     return attempts >= STUCK_AFTER_ATTEMPTS
 
 
-def is_parked(attempts: int, max_attempts: int) -> bool:
-    """A timer whose handler failed on its ``attempts``-th try is parked rather than retried."""
-    return attempts >= max_attempts
+def is_parked(failures: int, max_attempts: int) -> bool:
+    """A timer whose handler has now failed on it ``failures`` times in a row (claims that
+    ended in the handler's own retry, a lease run out or a success count none) is parked
+    rather than retried."""
+    return failures >= max_attempts

@@ -46,7 +46,7 @@ class Deps:
     seat_reconcile_interval: timedelta = timedelta(seconds=60)
     provider_concurrency: int = 32
     worker_batches: int = 4
-    #: A timer whose handler failed this many times is parked (see ``TimerState.PARKED``).
+    #: A timer whose handler failed this many times in a row is parked (``TimerState.PARKED``).
     timer_max_attempts: int = MAX_ATTEMPTS
     trigger_errors: int = 0
     metrics: Metrics = field(default_factory=Metrics)

@@ -130,6 +130,10 @@ async def timers_in_state(deps: Deps, state: str, limit: int = 100) -> list[dict
     query = select(t_timers).order_by(t_timers.c.due_at, t_timers.c.id).limit(limit)
     if state == "stuck":
         query = query.where(t_timers.c.stuck.is_(True), t_timers.c.state.in_(LIVE))
+    elif state == TimerState.PARKED.value:
+        # A literal, not a parameter: PostgreSQL's partial index of parked timers then serves
+        # the dashboard's list even under a generic prepared plan.
+        query = query.where(t_timers.c.state == timers.PARKED)
     else:
         query = query.where(t_timers.c.state == state)
     async with deps.db.report() as conn:

@@ -31,6 +31,7 @@ metadata = MetaData(
 )
 
 LIVE_TIMERS = "state IN ('scheduled', 'claimed')"
+PARKED_TIMERS = "state = 'parked'"
 
 # SQLite needs INTEGER PRIMARY KEY for rowid aliasing; elsewhere ids are 64-bit.
 Id = BigInteger().with_variant(Integer(), "sqlite")
@@ -313,7 +314,10 @@ timers = Table(
     Column("deadline_at", UTCDateTime, nullable=False),
     Column("due_at", UTCDateTime, nullable=False),
     Column("state", String(16), nullable=False),
+    # attempts: every claim; failures: the handler's failures in a row (a handler's own retry,
+    # such as a refund still processing, is none), which park the timer at timer_max_attempts.
     Column("attempts", Integer, nullable=False, default=0),
+    Column("failures", Integer, nullable=False, default=0, server_default=text("0")),
     Column("lease_until", UTCDateTime),
     Column("claim_token", String(32)),
     Column("stuck", Boolean, nullable=False, default=False),
@@ -334,6 +338,9 @@ timers = Table(
     ),
     # The dashboard's lateness over the last hour reads done timers by when they fired.
     Index("ix_timers_done_at", "done_at"),
+    # The dashboard's parked timers, soonest due first: outside ix_timers_live on PostgreSQL,
+    # so a partial index of their own there; elsewhere ix_timers_live serves them too.
+    Index("ix_timers_parked", "state", "due_at", postgresql_where=text(PARKED_TIMERS)),
 )
 
 payments = Table(

@@ -2,8 +2,9 @@
 
 A timer is scheduled in the same transaction as the order change that needs it, claimed with a
 lease and a claim token when due, and finished (done, with its outcome) in the same transaction as
-the order transition it causes. Failures go back to scheduled with a backoff; past the last
-attempt they are parked until an operator runs them again.
+the order transition it causes. Failures go back to scheduled with a backoff, counted in a row
+(``failures``: a handler's own retry, finish or re-arm sets it back to 0); at
+``timer_max_attempts`` failures in a row a timer is parked until an operator runs it again.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ SKIP_LOCKED_DIALECTS = {"postgresql", "mysql", "mariadb"}
 # partial index on live timers (PostgreSQL, SQLite) even as a generic prepared plan.
 SCHEDULED: ColumnClause[str] = literal_column("'scheduled'")
 CLAIMED: ColumnClause[str] = literal_column("'claimed'")
+PARKED: ColumnClause[str] = literal_column("'parked'")
 _KINDS = {kind.value: kind for kind in TimerKind}
 #: The kinds an order move makes obsolete (not REFUND_CHECK: a refund is followed to the end;
 #: not CLOSE_ATTEMPTS: a paid order's leftover trades are closed whatever the order does next).
@@ -87,6 +89,8 @@ class Claimed:
     due_at: datetime
     attempts: int
     token: str
+    #: The handler's failures on it in a row before this claim.
+    failures: int = 0
 
 
 def new_token() -> str:
@@ -114,6 +118,7 @@ async def schedule_rows(
             "due_at": t.due_at,
             "state": TimerState.SCHEDULED.value,
             "attempts": 0,
+            "failures": 0,
             "stuck": False,
             "created_at": now,
         }
@@ -236,6 +241,7 @@ _CLAIMED_COLUMNS = (
     timers.c.deadline_at,
     timers.c.due_at,
     timers.c.attempts,
+    timers.c.failures,
 )
 
 
@@ -271,6 +277,7 @@ async def _take(
             due_at=r.due_at,
             attempts=r.attempts,
             token=token,
+            failures=r.failures,
         )
         for r in rows
     ]
@@ -365,6 +372,7 @@ async def finish(
                 outcome=outcome,
                 done_at=now,
                 lease_until=None,
+                failures=0,
             )
         )
         done += int(result.rowcount)
@@ -378,9 +386,12 @@ async def retry(
     error: str,
     now: datetime,
     delay: Callable[[int], timedelta] = backoff,
+    failed: bool = False,
 ) -> int:
     """Hand claimed timers back with the error, due again after ``delay(attempts)`` (the
-    backoff); flag the stuck ones."""
+    backoff); flag the stuck ones. ``failed``: the handler failed on them (the worker's
+    hand-back), one more failure in a row; else it is the handler's own retry (a refund still
+    processing, a payment state not known yet), which sets the failures back to 0."""
     by_attempts: dict[int, list[Claimed]] = defaultdict(list)
     for timer in claimed:
         by_attempts[timer.attempts].append(timer)
@@ -403,6 +414,7 @@ async def retry(
                     last_error=error[:2000],
                     lease_until=None,
                     claim_token=None,
+                    failures=timers.c.failures + 1 if failed else 0,
                 )
             )
             changed += int(result.rowcount)
@@ -411,29 +423,41 @@ async def retry(
 
 async def park(
     conn: AsyncConnection, claimed: Sequence[Claimed], *, error: str, now: datetime
-) -> int:
-    """Park claimed timers whose handler failed on their last allowed attempt: no worker takes
-    them again until :func:`run_now`. Returns how many were parked (still ours to park)."""
-    parked = 0
+) -> list[int]:
+    """Park claimed timers whose handler failed on them ``timer_max_attempts`` times in a row:
+    no worker takes them again until :func:`run_now`. Returns the ids of those parked (still
+    ours to park: not finished, retried or taken over since)."""
+    parked: list[int] = []
     for token, ids in _by_token(claimed):
-        result = await conn.execute(
+        guard = (
+            tally.among(conn, timers.c.id, ids),
+            timers.c.claim_token == token,
+            _in_state(TimerState.CLAIMED),
+        )
+        statement = (
             update(timers)
-            .where(
-                tally.among(conn, timers.c.id, ids),
-                timers.c.claim_token == token,
-                _in_state(TimerState.CLAIMED),
-            )
+            .where(*guard)
             .values(
                 state=TimerState.PARKED.value,
-                outcome="parked: its handler failed on every attempt",
+                outcome="parked: its handler kept failing on it",
                 last_error=error[:2000],
                 done_at=now,
                 lease_until=None,
                 claim_token=None,
+                failures=timers.c.failures + 1,
             )
         )
-        parked += int(result.rowcount)
-    return parked
+        if conn.dialect.update_returning:
+            parked.extend((await conn.execute(statement.returning(timers.c.id))).scalars())
+            continue
+        # No UPDATE ... RETURNING (MariaDB): the rows still ours, locked, then parked.
+        mine = list(
+            (await conn.execute(_locking(conn, select(timers.c.id).where(*guard)))).scalars()
+        )
+        if mine:
+            await conn.execute(statement.where(timers.c.id.in_(mine)))
+            parked.extend(mine)
+    return sorted(parked)
 
 
 def _by_token(claimed: Sequence[Claimed]) -> list[tuple[str, list[int]]]:
@@ -611,6 +635,7 @@ async def rearm(conn: AsyncConnection, timer: Claimed, *, due_at: datetime) -> i
             state=TimerState.SCHEDULED.value,
             due_at=due_at,
             attempts=timers.c.attempts - 1,
+            failures=0,
             lease_until=None,
             claim_token=None,
         )
@@ -637,6 +662,7 @@ async def schedule_again(
             due_at=due_at,
             deadline_at=due_at,
             attempts=0,
+            failures=0,
             stuck=False,
             claim_token=None,
             lease_until=None,
@@ -660,8 +686,8 @@ async def _of_kind(conn: AsyncConnection, order_id: int, kind: TimerKind) -> lis
 async def run_now(conn: AsyncConnection, timer_id: int, *, now: datetime) -> Armed | None:
     """Make a scheduled timer whose deadline has passed (overdue, or waiting out a backoff,
     or stuck), or a parked one, due now and clear its stuck flag; None when it is neither
-    (claimed by a worker, done or cancelled) or its deadline is still ahead. Its attempts are
-    kept, so a timer that fails again is flagged stuck (or parked) again at once."""
+    (claimed by a worker, done or cancelled) or its deadline is still ahead. Its attempts and
+    failures are kept, so a timer that fails again is flagged stuck (or parked) again at once."""
     result = await conn.execute(
         update(timers)
         .where(

@@ -289,36 +289,40 @@ class Worker:
         error: str,
         delay: Callable[[int], timedelta],
     ) -> None:
-        """Hand failed timers back after ``delay``, those on their last attempt parked."""
+        """Hand failed timers back after ``delay``, one more failure in a row each; those
+        reaching ``timer_max_attempts`` failures in a row are parked."""
         last = self.deps.timer_max_attempts
-        parking = [t for t in group if is_parked(t.attempts, last)]
-        again = [t for t in group if not is_parked(t.attempts, last)]
+        parking = [t for t in group if is_parked(t.failures + 1, last)]
+        again = [t for t in group if not is_parked(t.failures + 1, last)]
         try:
             async with self.deps.db.write() as conn:
                 now = self.deps.clock.now()
-                await timers.retry(conn, again, error=error, now=now, delay=delay)
-                parked = await timers.park(conn, parking, error=error, now=now)
+                await timers.retry(conn, again, error=error, now=now, delay=delay, failed=True)
+                parked_ids = set(await timers.park(conn, parking, error=error, now=now))
         except Exception:
             # The lease expires and the scanner takes the timers back.
             log.exception("could not hand back %d timers; their lease will expire", len(group))
             return
-        if parked:
-            self.stats.parked += parked
-            self.deps.metrics.fired.labels(kind.value, "parked").inc(parked)
-            for timer in parking:
-                # Never parked silently: an error line per timer, beside the dashboard's list,
-                # the dueflow_timers_parked gauge and its alert.
-                log.error(
-                    "%s timer %d of order %d parked after %d failed attempts: %s; run it "
-                    "again once the cause is fixed (dueflow timers run-again %d)",
-                    kind.value,
-                    timer.id,
-                    timer.order_id,
-                    timer.attempts,
-                    error,
-                    timer.id,
-                    extra={"order_id": timer.order_id, "timer_id": timer.id},
-                )
+        # Only those park() parked: one finished, retried or taken over meanwhile is not.
+        parked = [t for t in parking if t.id in parked_ids]
+        if not parked:
+            return
+        self.stats.parked += len(parked)
+        self.deps.metrics.fired.labels(kind.value, "parked").inc(len(parked))
+        for timer in parked:
+            # Never parked silently: an error line per timer, beside the dashboard's list,
+            # the dueflow_timers_parked gauge and its alert.
+            log.error(
+                "%s timer %d of order %d parked after %d failures in a row: %s; run it "
+                "again once the cause is fixed (dueflow timers run-again %d)",
+                kind.value,
+                timer.id,
+                timer.order_id,
+                timer.failures + 1,
+                error,
+                timer.id,
+                extra={"order_id": timer.order_id, "timer_id": timer.id},
+            )
 
     async def run_once(self) -> int:
         """Claim one batch of due timers and run it; returns how many were claimed."""
