@@ -552,11 +552,13 @@ def _no_order_overdue(tables: _Tables, bounds: Bounds, now: datetime) -> _Check:
 
 
 def _timers_settled(tables: _Tables, bounds: Bounds, now: datetime) -> _Check:
-    """No timer left claimed, or scheduled and due longer ago than a worker takes to claim."""
+    """No timer left claimed, or scheduled and due longer ago than a worker takes to claim, or
+    parked (its handler gave up on it: a promise broken)."""
     found = _Check(
         "timers_settled",
-        f"At the end no timer is claimed (or holds a lease) and none is scheduled with its due "
-        f"time more than {bounds.grace + bounds.slack:g} s in the past.",
+        f"At the end no timer is claimed (or holds a lease), none is parked (its handler failed "
+        f"on it every time) and none is scheduled with its due time more than "
+        f"{bounds.grace + bounds.slack:g} s in the past.",
     )
     overdue = now - timedelta(seconds=bounds.grace + bounds.slack)
     for timer in tables.timers:
@@ -568,6 +570,8 @@ def _timers_settled(tables: _Tables, bounds: Bounds, now: datetime) -> _Check:
         )
         if state == TimerState.CLAIMED.value:
             found.fail(f"{where}, lease until {_iso(timer['lease_until'])}")
+        elif state == TimerState.PARKED.value:
+            found.fail(f"{where}, parked; last error {timer['last_error']!r}")
         elif state == TimerState.SCHEDULED.value and timer["lease_until"] is not None:
             found.fail(f"{where}, still leased until {_iso(timer['lease_until'])}")
         elif state == TimerState.SCHEDULED.value and timer["due_at"] < overdue:

@@ -275,6 +275,19 @@ async def test_a_timer_left_claimed(history):
     assert f"auto_review of order {history.paid}: claimed" in found["timers_settled"][0]
 
 
+async def test_a_parked_timer(history):
+    """A timer its handler gave up on is a broken promise, however settled the rest is."""
+    t = schema.timers.c
+    await history.execute(
+        update(schema.timers)
+        .where(t.order_id == history.paid, t.kind == "auto_review")
+        .values(state="parked", last_error="RuntimeError: boom", lease_until=None)
+    )
+    found = failing(await history.run())
+    assert set(found) == {"timers_settled"}
+    assert f"auto_review of order {history.paid}: parked" in found["timers_settled"][0]
+
+
 async def test_a_timer_left_scheduled_in_the_past(history):
     t = schema.timers.c
     await history.execute(
