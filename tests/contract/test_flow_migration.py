@@ -62,9 +62,10 @@ def _own_name(server: str) -> str:
     return f"{make_url(server).database}_flow_mig"
 
 
-async def _server_database(server: str, create: bool) -> None:
-    """Create (after dropping) or drop the test's own database on a server."""
-    name = _own_name(server)
+async def _server_database(server: str, create: bool, name: str | None = None) -> None:
+    """Create (after dropping) or drop the test's own database (``name``, or this test's) on a
+    server."""
+    name = name or _own_name(server)
     engine = create_async_engine(async_url(server), isolation_level="AUTOCOMMIT")
     postgres = engine.dialect.name == "postgresql"
     quoted = f'"{name}"' if postgres else f"`{name}`"
