@@ -19,64 +19,39 @@ Each example gets a fresh copy of the migrated template database.
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import itertools
-import shutil
-import sqlite3
 from collections import Counter, defaultdict
-from collections.abc import Coroutine
-from contextlib import AsyncExitStack, closing
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
-from sqlalchemy import Engine, create_engine, func, select
+from hypothesis.stateful import initialize, invariant, precondition, rule
+from sqlalchemy import Engine, func, select
 
-from dueflow import bootstrap
-from dueflow.clock import FakeClock
-from dueflow.config import load_settings
 from dueflow.exceptions import (
     GoodsUnavailable,
     InvalidInput,
     InvalidTransition,
     NotAllowed,
-    NotYourRole,
     PaymentMismatch,
 )
-from dueflow.notifiers.base import Notifier, Reminder
 from dueflow.service import accounts, orders, payments
-from dueflow.service.deps import Deps
-from dueflow.service.report import check_invariants
 from dueflow.store.schema import discrepancies, goods, order_events, refunds, reminders, reviews
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import payments as t_payments
 from dueflow.store.schema import timers as t_timers
-from dueflow.worker.runner import Worker
-from dueflow.worker.scanner import scan_once
+from tests.conftest import START
+from tests.unit import model_harness
+from tests.unit.model_harness import FITTING, PICK, promises, refusal, sent
 
-T = TypeVar("T")
-
-START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 REMINDER = timedelta(minutes=5)
 PAY = timedelta(minutes=30)
 SHIP = timedelta(days=3)
 RECEIVE = timedelta(days=10)
 REVIEW = timedelta(days=15)
-SCAN_GRACE = timedelta(seconds=5)
 
 USERS = 4
 # (seller index, price) of the goods pool
@@ -92,19 +67,7 @@ ADVANCE = st.one_of(
     st.integers(1, 3600).map(lambda s: timedelta(seconds=s)),
     st.integers(3600, 20 * 86400).map(lambda s: timedelta(seconds=s)),
 )
-PICK = st.integers(0, 10**6)  # an index into whatever exists, taken modulo its size
-FITTING = st.sampled_from([True, True, True, False])  # mostly an order the action fits
 OTHER_USER = st.one_of(st.none(), st.integers(0, USERS - 1))  # None: the rightful party
-
-
-class RecordingNotifier(Notifier):
-    """Keeps every reminder it is asked to send."""
-
-    def __init__(self) -> None:
-        self.sent: list[Reminder] = []
-
-    async def send(self, reminder: Reminder) -> None:
-        self.sent.append(reminder)
 
 
 # --- the model --------------------------------------------------------------------------------
@@ -400,58 +363,14 @@ def structural_invariants(engine: Engine) -> None:
         assert refunded == len(mine) - kept, (o.id, o.status, len(mine), refunded)
 
 
-async def promises(deps: Deps, *, drained: bool) -> None:
-    """dueflow's own check of the promises of docs/design.md; "no order past its deadline" only
-    counts once the worker has drained."""
-    result = await check_invariants(deps, tolerance_seconds=0)
-    if not drained:
-        result.past_deadline = []
-    assert result.ok, result
-
-
 # --- the machine ------------------------------------------------------------------------------
 
-_numbers = itertools.count()
 
+class OrderLife(model_harness.ModelMachine):
+    name = "model"
+    clock_moves = ADVANCE
 
-def not_yours(o: Any, user_id: int) -> type[Exception]:
-    """The refusal of another party's action: the order's other party is told the role it
-    needs (NotYourRole), anyone else learns only that it is not theirs (NotAllowed)."""
-    return NotYourRole if user_id in (o.buyer, o.seller) else NotAllowed
-
-
-class OrderLife(RuleBasedStateMachine):
-    template: ClassVar[Path]
-    workdir: ClassVar[Path]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.stack = AsyncExitStack()
-        n = next(_numbers)
-        self.path = self.workdir / f"model{n}.db"
-        self.shadow_path = self.workdir / f"shadow{n}.db"
-        shutil.copyfile(self.template, self.path)
-        shutil.copyfile(self.template, self.shadow_path)
-        self.clock = FakeClock(START)
-        self.notifier = RecordingNotifier()
-        self.shadow_clock = FakeClock(START)
-        self.run(self.setup())
-
-    async def setup(self) -> None:
-        def open_deps(path: Path, clock: FakeClock, notifier: Notifier) -> Any:
-            config = load_settings(database_url=f"sqlite:///{path}", profile="prod")
-            return bootstrap.running(config, clock=clock, notifier=notifier, migrate_sqlite=False)
-
-        self.deps = await self.stack.enter_async_context(
-            open_deps(self.path, self.clock, self.notifier)
-        )
-        self.shadow = await self.stack.enter_async_context(
-            open_deps(self.shadow_path, self.shadow_clock, RecordingNotifier())
-        )
-        self.worker = Worker(self.deps)
-        self.engine = create_engine(f"sqlite:///{self.path}")
-        self.shadow_engine = create_engine(f"sqlite:///{self.shadow_path}")
+    async def populate(self) -> None:
         self.users = [(await accounts.add_user(self.deps, f"user{i}"))[0].id for i in range(USERS)]
         model_goods = {}
         for seller, price in GOODS:
@@ -460,41 +379,6 @@ class OrderLife(RuleBasedStateMachine):
             )
             model_goods[gid] = MGoods(self.users[seller], Decimal(price))
         self.model = Model(now=START, goods=model_goods)
-
-    def teardown(self) -> None:
-        try:
-            self.run(self.stack.aclose())
-        finally:
-            self.loop.close()
-            for engine in (getattr(self, "engine", None), getattr(self, "shadow_engine", None)):
-                if engine is not None:
-                    engine.dispose()
-        self.path.unlink(missing_ok=True)
-        self.shadow_path.unlink(missing_ok=True)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
-
-    def attempt(self, coro: Coroutine[Any, Any, T], expected: type[Exception] | None) -> T | None:
-        """Run a service call; it must raise exactly ``expected`` (or succeed when None)."""
-        try:
-            value = self.run(coro)
-        except Exception as exc:
-            if expected is None or type(exc) is not expected:
-                raise AssertionError(f"raised {exc!r}, want {expected}") from exc
-            return None
-        assert expected is None, f"succeeded, want {expected.__name__}"
-        return value
-
-    def order(self, pick: int, fitting: bool, *statuses: str) -> MOrder:
-        """An order: with ``fitting``, one in ``statuses`` if there is one; else any."""
-        ids = sorted(self.model.orders)
-        fit = [i for i in ids if self.model.orders[i].status in statuses]
-        ids = fit if fitting and fit else ids
-        return self.model.orders[ids[pick % len(ids)]]
-
-    def user(self, rightful: int, other: int | None) -> int:
-        return rightful if other is None else self.users[other]
 
     # -- people
 
@@ -542,13 +426,8 @@ class OrderLife(RuleBasedStateMachine):
     @rule(pick=PICK, fitting=FITTING, other=OTHER_USER)
     def buyer_cancels(self, pick: int, fitting: bool, other: int | None) -> None:
         o = self.order(pick, fitting, "pending_payment")
-        user_id = self.user(o.buyer, other)
-        if user_id != o.buyer:
-            expected: type[Exception] | None = not_yours(o, user_id)
-        elif o.status != "pending_payment":
-            expected = InvalidTransition
-        else:
-            expected = None
+        user_id = self.party(o.buyer, other)
+        expected = refusal(o, user_id, o.buyer, "pending_payment")
         self.attempt(orders.cancel_by_buyer(self.deps, order_id=o.id, user_id=user_id), expected)
         if expected is None:
             self.model.cancel_unpaid(o, "buyer_cancel")
@@ -571,13 +450,8 @@ class OrderLife(RuleBasedStateMachine):
     @rule(pick=PICK, fitting=FITTING, other=OTHER_USER)
     def ship(self, pick: int, fitting: bool, other: int | None) -> None:
         o = self.order(pick, fitting, "pending_shipment")
-        user_id = self.user(o.seller, other)
-        if user_id != o.seller:
-            expected: type[Exception] | None = not_yours(o, user_id)
-        elif o.status != "pending_shipment":
-            expected = InvalidTransition
-        else:
-            expected = None
+        user_id = self.party(o.seller, other)
+        expected = refusal(o, user_id, o.seller, "pending_shipment")
         self.attempt(
             orders.ship(self.deps, order_id=o.id, user_id=user_id, carrier="SF", tracking_no="7"),
             expected,
@@ -589,13 +463,8 @@ class OrderLife(RuleBasedStateMachine):
     @rule(pick=PICK, fitting=FITTING, other=OTHER_USER)
     def seller_cancels(self, pick: int, fitting: bool, other: int | None) -> None:
         o = self.order(pick, fitting, "pending_shipment")
-        user_id = self.user(o.seller, other)
-        if user_id != o.seller:
-            expected: type[Exception] | None = not_yours(o, user_id)
-        elif o.status != "pending_shipment":
-            expected = InvalidTransition
-        else:
-            expected = None
+        user_id = self.party(o.seller, other)
+        expected = refusal(o, user_id, o.seller, "pending_shipment")
         self.attempt(orders.cancel_by_seller(self.deps, order_id=o.id, user_id=user_id), expected)
         if expected is None:
             self.model.cancel_unshipped(o, "seller_cancel")
@@ -604,13 +473,8 @@ class OrderLife(RuleBasedStateMachine):
     @rule(pick=PICK, fitting=FITTING, other=OTHER_USER)
     def confirm_receipt(self, pick: int, fitting: bool, other: int | None) -> None:
         o = self.order(pick, fitting, "shipped")
-        user_id = self.user(o.buyer, other)
-        if user_id != o.buyer:
-            expected: type[Exception] | None = not_yours(o, user_id)
-        elif o.status != "shipped":
-            expected = InvalidTransition
-        else:
-            expected = None
+        user_id = self.party(o.buyer, other)
+        expected = refusal(o, user_id, o.buyer, "shipped")
         self.attempt(orders.confirm_receipt(self.deps, order_id=o.id, user_id=user_id), expected)
         if expected is None:
             self.model.receive(o, "confirm_receipt")
@@ -662,57 +526,13 @@ class OrderLife(RuleBasedStateMachine):
             by = "seller" if "buyer" in o.reviews else "buyer"
             self.review(pick=pick, fitting=True, by=by, rating=rating)
 
-    # -- time and the machinery
-
-    @rule(delta=ADVANCE)
-    def advance(self, delta: timedelta) -> None:
-        self.model.now = self.clock.advance(delta)
-
-    @rule(delta=ADVANCE)
-    def time_passes_with_a_worker(self, delta: timedelta) -> None:
-        self.advance(delta)
-        self.drain()
-
-    @rule()
-    def drain(self) -> None:
-        fired = self.model.run_due(self.model.now)
-        assert self.run(self.worker.drain()) == fired
-
-    @rule()
-    def scan(self) -> None:
-        fired = self.model.run_due(self.model.now - SCAN_GRACE)
-        report = self.run(scan_once(self.worker))
-        assert (report.claimed, report.errors, report.failed_batches) == (fired, 0, 0)
-
-    @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, copies=st.integers(1, 3), stray=st.booleans())
-    def deliver_again(self, pick: int, copies: int, stray: bool) -> None:
-        """A trigger hands over a timer id (maybe several times in one batch, maybe with an id
-        that does not exist); only a scheduled, due timer acts, once."""
-
-        async def timer_rows() -> list[Any]:
-            async with self.deps.db.read() as conn:
-                query = select(t_timers).order_by(t_timers.c.id)
-                return list((await conn.execute(query)).all())
-
-        rows = self.run(timer_rows())
-        timer = rows[pick % len(rows)]
-        o = self.model.orders[timer.order_id]
-        state, due = o.timers[timer.kind]
-        acts = state == "scheduled" and due <= self.model.now
-        ids = [timer.id] * copies + ([10**9] if stray else [])
-        assert self.run(self.worker.deliver(ids)) == int(acts)
-        if acts:
-            self.model.fire(o, timer.kind)
-
     # -- after every step
 
     @invariant()
     def database_is_the_model(self) -> None:
         assert db_snapshot(self.engine) == self.model.snapshot()
-        sent = Counter((r.order_id, r.kind, r.reason) for r in self.notifier.sent)
         model = self.model.orders.values()
-        assert sent == Counter(
+        assert sent(self.notifier) == Counter(
             [(o.id, "pay_reminder", None) for o in model if o.reminder_sent]
             + [(o.id, "order_closed", o.cancel_reason) for o in model if o.closed_sent]
         )
@@ -722,37 +542,14 @@ class OrderLife(RuleBasedStateMachine):
     def drained_it_keeps_every_promise(self) -> None:
         """Every promise, "no order past its deadline" included, holds once the worker has
         drained: here when nothing is due, else on a drained copy of the database."""
-        if not self.model.due(self.model.now):
+        drained = self.drained_copy()
+        if drained is None:
             self.run(promises(self.deps, drained=True))
             return
-        with (
-            closing(sqlite3.connect(self.path)) as src,
-            closing(sqlite3.connect(self.shadow_path)) as dst,
-        ):
-            src.backup(dst)
-        self.shadow_clock.set(self.model.now)
-        drained = copy.deepcopy(self.model)
-        fired = drained.run_due(drained.now)
-
-        async def drain_copy() -> None:
-            assert await Worker(self.shadow).drain() == fired
-            await promises(self.shadow, drained=True)
-
-        self.run(drain_copy())
         structural_invariants(self.shadow_engine)
         assert db_snapshot(self.shadow_engine) == drained.snapshot()
 
 
 @pytest.mark.slow
 def test_random_interleavings_keep_every_promise(migrated_template: Path, tmp_path: Path) -> None:
-    OrderLife.template = migrated_template
-    OrderLife.workdir = tmp_path
-    run_state_machine_as_test(
-        OrderLife,
-        settings=settings(
-            max_examples=30,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-        ),
-    )
+    model_harness.check(OrderLife, migrated_template, tmp_path, examples=30, steps=40)

@@ -29,53 +29,21 @@ out of stock, over the limit, coupon unusable, ...) and after every step:
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import itertools
-import os
-import shutil
-import sqlite3
-from collections import Counter
-from collections.abc import Coroutine
-from contextlib import AsyncExitStack, closing
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
-from sqlalchemy import create_engine, select
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from dueflow import bootstrap
-from dueflow.clock import FakeClock
-from dueflow.config import load_settings
-from dueflow.exceptions import (
-    CouponUnusable,
-    InvalidInput,
-    InvalidTransition,
-    NotAllowed,
-    PaymentMismatch,
-)
+from dueflow.exceptions import CouponUnusable, InvalidInput, NotAllowed, PaymentMismatch
 from dueflow.service import accounts, orders, payments, shop
-from dueflow.store.schema import timers as t_timers
-from dueflow.worker.scanner import scan_once
-from tests.conftest import START, RecordingNotifier
+from tests.conftest import START
+from tests.unit import model_harness, shop_rows
 from tests.unit import shop_model as m
-from tests.unit import shop_rows
-from tests.unit.test_model_property import PICK, SCAN_GRACE, not_yours, promises
-from tests.unit.test_tickets_model import InOrderWorker
-
-T = TypeVar("T")
+from tests.unit.model_harness import FITTING, PICK, InOrderWorker, refusal, sent
 
 BUYERS = 3
 SELLER, OTHER_SELLER = BUYERS, BUYERS + 1  # indexes into the users
@@ -110,7 +78,6 @@ LINES = st.lists(
 )
 COUPON = st.sampled_from(["none", "none", "mine", "mine", "mine", "mine", "other", "missing"])
 OTHER = st.one_of(st.none(), st.integers(0, BUYERS + 1))  # None: the rightful party
-FITTING = st.sampled_from([True, True, True, False])  # mostly an order the action fits
 # Moves of the clock: around the reminders (2 and 5 minutes), the pay deadlines (5 and 15),
 # the 30-off coupon's end (20), the scanner's grace, any few minutes, and now and then hours
 # or days (the ship and receive deadlines).
@@ -122,44 +89,18 @@ ADVANCE = st.one_of(
     st.sampled_from(BOUNDARIES + LONG),
 )
 
-_numbers = itertools.count()
 
-
-class ShopLife(RuleBasedStateMachine):
-    template: ClassVar[Path]
-    workdir: ClassVar[Path]
+class ShopLife(model_harness.ModelMachine):
+    name = "shop"
+    worker_class = InOrderWorker
+    clock_moves = ADVANCE
 
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.stack = AsyncExitStack()
-        n = next(_numbers)
-        self.path = self.workdir / f"shop{n}.db"
-        self.shadow_path = self.workdir / f"shop-shadow{n}.db"
-        shutil.copyfile(self.template, self.path)
-        shutil.copyfile(self.template, self.shadow_path)
-        self.clock = FakeClock(START)
-        self.shadow_clock = FakeClock(START)
-        self.notifier = RecordingNotifier()
-        self.shadow_notifier = RecordingNotifier()
-        self.run(self.setup())
         for buyer, template in ISSUED:
             self.issue(template=template, user=buyer, other=None)
 
-    async def setup(self) -> None:
-        def open_deps(path: Path, clock: FakeClock, notifier: RecordingNotifier) -> Any:
-            config = load_settings(database_url=f"sqlite:///{path}", profile="prod")
-            return bootstrap.running(config, clock=clock, notifier=notifier, migrate_sqlite=False)
-
-        self.deps = await self.stack.enter_async_context(
-            open_deps(self.path, self.clock, self.notifier)
-        )
-        self.shadow = await self.stack.enter_async_context(
-            open_deps(self.shadow_path, self.shadow_clock, self.shadow_notifier)
-        )
-        self.worker = InOrderWorker(self.deps)
-        self.engine = create_engine(f"sqlite:///{self.path}")
-        self.shadow_engine = create_engine(f"sqlite:///{self.shadow_path}")
+    async def populate(self) -> None:
         names = [f"buyer{i}" for i in range(BUYERS)] + ["seller", "other-seller"]
         self.users = [(await accounts.add_user(self.deps, name))[0].id for name in names]
         self.model = m.Model(now=START, skus={}, sales={}, templates={})
@@ -206,41 +147,6 @@ class ShopLife(RuleBasedStateMachine):
             )  # fmt: skip
             self.model.sales[sale.id] = sale
         self.sale_ids = [*sorted(self.model.sales), MISSING]
-
-    def teardown(self) -> None:
-        try:
-            self.run(self.stack.aclose())
-        finally:
-            self.loop.close()
-            for engine in (getattr(self, "engine", None), getattr(self, "shadow_engine", None)):
-                if engine is not None:
-                    engine.dispose()
-        self.path.unlink(missing_ok=True)
-        self.shadow_path.unlink(missing_ok=True)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
-
-    def attempt(self, coro: Coroutine[Any, Any, T], expected: type[Exception] | None) -> T | None:
-        """Run a service call; it must raise exactly ``expected`` (or succeed when None)."""
-        try:
-            value = self.run(coro)
-        except Exception as exc:
-            if expected is None or type(exc) is not expected:
-                raise AssertionError(f"raised {exc!r}, want {expected}") from exc
-            return None
-        assert expected is None, f"succeeded, want {expected.__name__}"
-        return value
-
-    def order(self, pick: int, fitting: bool, *statuses: str) -> m.MOrder:
-        """An order: with ``fitting``, one in ``statuses`` if there is one; else any."""
-        ids = sorted(self.model.orders)
-        fit = [i for i in ids if self.model.orders[i].status in statuses]
-        ids = fit if fitting and fit else ids
-        return self.model.orders[ids[pick % len(ids)]]
-
-    def party(self, rightful: int, other: int | None) -> int:
-        return rightful if other is None else self.users[other]
 
     # -- buyers
 
@@ -328,24 +234,17 @@ class ShopLife(RuleBasedStateMachine):
     def buyer_cancels(self, pick: int, fitting: bool, other: int | None) -> None:
         o = self.order(pick, fitting, "pending_payment")
         user_id = self.party(o.buyer, other)
-        expected = self.refusal(o, user_id, o.buyer, "pending_payment")
+        expected = refusal(o, user_id, o.buyer, "pending_payment")
         self.attempt(orders.cancel_by_buyer(self.deps, order_id=o.id, user_id=user_id), expected)
         if expected is None:
             self.model.cancel_unpaid(o, "buyer_cancel")
-
-    def refusal(
-        self, o: m.MOrder, user_id: int, rightful: int, status: str
-    ) -> type[Exception] | None:
-        if user_id != rightful:
-            return not_yours(o, user_id)
-        return None if o.status == status else InvalidTransition
 
     @precondition(lambda self: self.model.orders)
     @rule(pick=PICK, fitting=FITTING, other=OTHER)
     def confirm_receipt(self, pick: int, fitting: bool, other: int | None) -> None:
         o = self.order(pick, fitting, "shipped")
         user_id = self.party(o.buyer, other)
-        expected = self.refusal(o, user_id, o.buyer, "shipped")
+        expected = refusal(o, user_id, o.buyer, "shipped")
         self.attempt(orders.confirm_receipt(self.deps, order_id=o.id, user_id=user_id), expected)
         if expected is None:
             self.model.complete(o, "confirm_receipt")
@@ -357,7 +256,7 @@ class ShopLife(RuleBasedStateMachine):
     def ship(self, pick: int, fitting: bool, other: int | None) -> None:
         o = self.order(pick, fitting, "pending_shipment")
         user_id = self.party(o.seller, other)
-        expected = self.refusal(o, user_id, o.seller, "pending_shipment")
+        expected = refusal(o, user_id, o.seller, "pending_shipment")
         self.attempt(
             orders.ship(self.deps, order_id=o.id, user_id=user_id, carrier="SF", tracking_no="7"),
             expected,
@@ -370,7 +269,7 @@ class ShopLife(RuleBasedStateMachine):
     def seller_cancels(self, pick: int, fitting: bool, other: int | None) -> None:
         o = self.order(pick, fitting, "pending_shipment")
         user_id = self.party(o.seller, other)
-        expected = self.refusal(o, user_id, o.seller, "pending_shipment")
+        expected = refusal(o, user_id, o.seller, "pending_shipment")
         self.attempt(orders.cancel_by_seller(self.deps, order_id=o.id, user_id=user_id), expected)
         if expected is None:
             self.model.cancel_unshipped(o, "seller_cancel")
@@ -423,44 +322,6 @@ class ShopLife(RuleBasedStateMachine):
             assert c.id not in self.model.coupons and view["state"] == c.state_at(self.model.now)
             self.model.coupons[c.id] = c
 
-    # -- time and the machinery
-
-    @rule(delta=ADVANCE)
-    def advance(self, delta: timedelta) -> None:
-        self.model.now = self.clock.advance(delta)
-
-    @rule(delta=ADVANCE)
-    def time_passes_with_a_worker(self, delta: timedelta) -> None:
-        self.advance(delta)
-        self.drain()
-
-    @rule()
-    def drain(self) -> None:
-        fired = self.model.run_due(self.model.now)
-        assert self.run(self.worker.drain()) == fired
-
-    @rule()
-    def scan(self) -> None:
-        fired = self.model.run_due(self.model.now - SCAN_GRACE)
-        report = self.run(scan_once(self.worker))
-        assert (report.claimed, report.errors, report.failed_batches) == (fired, 0, 0)
-
-    @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, copies=st.integers(1, 3), stray=st.booleans())
-    def deliver_again(self, pick: int, copies: int, stray: bool) -> None:
-        """A trigger hands over a timer id (maybe several times, maybe beside one that does not
-        exist); only a scheduled, due timer acts, once."""
-        with self.engine.connect() as conn:
-            rows = list(conn.execute(select(t_timers).order_by(t_timers.c.id)).all())
-        timer = rows[pick % len(rows)]
-        o = self.model.orders[timer.order_id]
-        state, due = o.timers[timer.kind]
-        acts = state == "scheduled" and due <= self.model.now
-        ids = [timer.id] * copies + ([MISSING] if stray else [])
-        assert self.run(self.worker.deliver(ids)) == int(acts)
-        if acts:
-            self.model.fire(o, timer.kind)
-
     # -- after every step
 
     @invariant()
@@ -475,23 +336,9 @@ class ShopLife(RuleBasedStateMachine):
         """Once a worker has drained (on a copy, whenever something is due): no order past its
         deadline, every cancelled order told once, with its reason, and the model's drained
         state."""
-        if not self.model.due(self.model.now):
+        drained = self.drained_copy()
+        if drained is None:
             return
-        with (
-            closing(sqlite3.connect(self.path)) as src,
-            closing(sqlite3.connect(self.shadow_path)) as dst,
-        ):
-            src.backup(dst)
-        self.shadow_clock.set(self.model.now)
-        self.shadow_notifier.sent.clear()
-        drained = copy.deepcopy(self.model)
-        fired = drained.run_due(drained.now)
-
-        async def drain_copy() -> None:
-            assert await InOrderWorker(self.shadow).drain() == fired
-            await promises(self.shadow, drained=True)
-
-        self.run(drain_copy())
         rows = shop_rows.read(self.shadow_engine)
         shop_rows.structural_invariants(rows, drained=True)
         assert shop_rows.db_snapshot(rows) == drained.snapshot()
@@ -505,20 +352,8 @@ class ShopLife(RuleBasedStateMachine):
         )
 
 
-def sent(notifier: RecordingNotifier) -> Counter[tuple[int, str, str | None]]:
-    return Counter((r.order_id, r.kind, r.reason) for r in notifier.sent)
-
-
 @pytest.mark.slow
 def test_random_shop_life_keeps_every_promise(migrated_template: Path, tmp_path: Path) -> None:
-    ShopLife.template = migrated_template
-    ShopLife.workdir = tmp_path
-    run_state_machine_as_test(
-        ShopLife,
-        settings=settings(
-            max_examples=int(os.environ.get("DUEFLOW_TEST_MODEL_EXAMPLES", "25")),
-            stateful_step_count=int(os.environ.get("DUEFLOW_TEST_MODEL_STEPS", "40")),
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-        ),
+    model_harness.check(
+        ShopLife, migrated_template, tmp_path, **model_harness.from_env(examples=25, steps=40)
     )

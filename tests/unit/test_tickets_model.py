@@ -27,39 +27,20 @@ make a longer run.
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import itertools
-import os
-import shutil
-import sqlite3
 from collections import Counter, defaultdict
-from collections.abc import Coroutine, Sequence
-from contextlib import AsyncExitStack, closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
-from sqlalchemy import Engine, create_engine, func, select
+from hypothesis.stateful import initialize, invariant, precondition, rule
+from sqlalchemy import Engine, func, select
 
-from dueflow import bootstrap
-from dueflow.clock import FakeClock
-from dueflow.config import load_settings
 from dueflow.domain import seating
-from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import (
     InvalidInput,
     InvalidTransition,
@@ -71,7 +52,6 @@ from dueflow.exceptions import (
     SeatUnavailable,
 )
 from dueflow.service import accounts, orders, payments, tickets
-from dueflow.service.deps import Deps
 from dueflow.store.schema import (
     discrepancies,
     order_events,
@@ -87,38 +67,11 @@ from dueflow.store.schema import payments as t_payments
 from dueflow.store.schema import shows as t_shows
 from dueflow.store.schema import tickets as t_tickets
 from dueflow.store.schema import timers as t_timers
-from dueflow.store.timers import Claimed
-from dueflow.worker.runner import Worker
-from dueflow.worker.scanner import scan_once
-from tests.unit.test_model_property import (
-    PICK,
-    REMINDER,
-    SCAN_GRACE,
-    START,
-    RecordingNotifier,
-    not_yours,
-    promises,
-)
+from tests.conftest import START
+from tests.unit import model_harness
+from tests.unit.model_harness import PICK, InOrderWorker, refusal, sent
 
-
-class InOrderWorker(Worker):
-    """The real worker, its handlers and claims, but the kinds of a batch take turns (in the
-    order the batch was claimed) instead of running side by side: hypothesis replays every
-    example and needs each to run the same way (a pay deadline and a show's cancel due in one
-    batch otherwise end either way, and later steps draw differently). The races between kinds
-    run with real concurrency in tests/contract/test_seat_races.py and test_ticket_timeouts.py."""
-
-    def __init__(self, deps: Deps) -> None:
-        super().__init__(deps)
-        self._turn = asyncio.Lock()  # FIFO: the kinds' tasks start in claim order
-
-    async def _run_kind(self, kind: TimerKind, group: Sequence[Claimed]) -> None:
-        async with self._turn:
-            await super()._run_kind(kind, group)
-
-
-T = TypeVar("T")
-
+REMINDER = timedelta(minutes=5)
 PAY = timedelta(minutes=15)
 LIMIT = 3
 BUYERS = 4
@@ -483,41 +436,13 @@ def structural_invariants(engine: Engine, now: datetime, *, drained: bool) -> No
 
 # --- the machine ------------------------------------------------------------------------------
 
-_numbers = itertools.count()
 
+class TicketSale(model_harness.ModelMachine):
+    name = "tickets"
+    worker_class = InOrderWorker
+    clock_moves = ADVANCE
 
-class TicketSale(RuleBasedStateMachine):
-    template: ClassVar[Path]
-    workdir: ClassVar[Path]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.stack = AsyncExitStack()
-        n = next(_numbers)
-        self.path = self.workdir / f"tickets{n}.db"
-        self.shadow_path = self.workdir / f"tickets-shadow{n}.db"
-        shutil.copyfile(self.template, self.path)
-        shutil.copyfile(self.template, self.shadow_path)
-        self.clock = FakeClock(START)
-        self.shadow_clock = FakeClock(START)
-        self.notifier = RecordingNotifier()
-        self.run(self.setup())
-
-    async def setup(self) -> None:
-        def open_deps(path: Path, clock: FakeClock, notifier: RecordingNotifier) -> Any:
-            config = load_settings(database_url=f"sqlite:///{path}", profile="prod")
-            return bootstrap.running(config, clock=clock, notifier=notifier, migrate_sqlite=False)
-
-        self.deps = await self.stack.enter_async_context(
-            open_deps(self.path, self.clock, self.notifier)
-        )
-        self.shadow = await self.stack.enter_async_context(
-            open_deps(self.shadow_path, self.shadow_clock, RecordingNotifier())
-        )
-        self.worker = InOrderWorker(self.deps)
-        self.engine = create_engine(f"sqlite:///{self.path}")
-        self.shadow_engine = create_engine(f"sqlite:///{self.shadow_path}")
+    async def populate(self) -> None:
         users = [(await accounts.add_user(self.deps, f"u{i}"))[0].id for i in range(BUYERS + 1)]
         self.users, organizer = users, users[BUYERS]
         shows = {}
@@ -536,37 +461,11 @@ class TicketSale(RuleBasedStateMachine):
         self.show_ids = [*shows, NO_SHOW]
         self.model = Model(now=START, organizer=organizer, shows=shows)
 
-    def teardown(self) -> None:
-        try:
-            self.run(self.stack.aclose())
-        finally:
-            self.loop.close()
-            for engine in (getattr(self, "engine", None), getattr(self, "shadow_engine", None)):
-                if engine is not None:
-                    engine.dispose()
-        self.path.unlink(missing_ok=True)
-        self.shadow_path.unlink(missing_ok=True)
+    def fire(self, timer: Any) -> None:
+        self.model.fire([(timer.order_id, timer.kind)])
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
-
-    def attempt(self, coro: Coroutine[Any, Any, T], expected: type[Exception] | None) -> T | None:
-        """Run a service call; it must raise exactly ``expected`` (or succeed when None)."""
-        try:
-            value = self.run(coro)
-        except Exception as exc:
-            if expected is None or type(exc) is not expected:
-                raise AssertionError(f"raised {exc!r}, want {expected}") from exc
-            return None
-        assert expected is None, f"succeeded, want {expected.__name__}"
-        return value
-
-    def order(self, pick: int, which: str) -> MOrder:
-        """An order in status ``which`` if there is one (``any``: any order)."""
-        ids = sorted(self.model.orders)
-        fit = [i for i in ids if self.model.orders[i].status == which]
-        ids = fit or ids
-        return self.model.orders[ids[pick % len(ids)]]
+    def settle(self, model: Any, engine: Engine) -> None:
+        model.settle(engine)
 
     # -- people
 
@@ -623,14 +522,9 @@ class TicketSale(RuleBasedStateMachine):
     @precondition(lambda self: self.model.orders)
     @rule(pick=PICK, which=WHICH, other=OTHER)
     def buyer_cancels(self, pick: int, which: str, other: int | None) -> None:
-        o = self.order(pick, which)
-        user_id = o.buyer if other is None else self.users[other]
-        if user_id != o.buyer:
-            expected: type[Exception] | None = not_yours(o, user_id)
-        elif o.status != "pending_payment":
-            expected = InvalidTransition
-        else:
-            expected = None
+        o = self.order(pick, True, which)
+        user_id = self.party(o.buyer, other)
+        expected = refusal(o, user_id, o.buyer, "pending_payment")
         self.attempt(orders.cancel_by_buyer(self.deps, order_id=o.id, user_id=user_id), expected)
         if expected is None:
             self.model.cancel_unpaid(o, "buyer_cancel")
@@ -640,7 +534,7 @@ class TicketSale(RuleBasedStateMachine):
     def manual_payment(self, pick: int, which: str, exact: bool) -> None:
         """Money arrives off-line: in time, after the deadline (before or after the cancel),
         a second time, or for another amount (refused, nothing recorded)."""
-        o = self.order(pick, which)
+        o = self.order(pick, True, which)
         amount = o.amount if exact else o.amount - Decimal("0.01")
         result = self.attempt(
             payments.record_manual_payment(self.deps, order_id=o.id, amount=amount),
@@ -684,10 +578,6 @@ class TicketSale(RuleBasedStateMachine):
 
     # -- time and the machinery
 
-    @rule(delta=ADVANCE)
-    def advance(self, delta: timedelta) -> None:
-        self.model.now = self.clock.advance(delta)
-
     @precondition(lambda self: len(self.model.orders) >= 3)
     @rule(offset=st.sampled_from([-1, 0, 1]))
     def to_the_first_sales_close(self, offset: int) -> None:
@@ -697,47 +587,13 @@ class TicketSale(RuleBasedStateMachine):
         if at > self.model.now:
             self.advance(at - self.model.now)
 
-    @rule(delta=ADVANCE)
-    def time_passes_with_a_worker(self, delta: timedelta) -> None:
-        self.advance(delta)
-        self.drain()
-
-    @rule()
-    def drain(self) -> None:
-        fired = self.model.run_due(self.model.now)
-        assert self.run(self.worker.drain()) == fired
-        self.model.settle(self.engine)
-
-    @rule()
-    def scan(self) -> None:
-        fired = self.model.run_due(self.model.now - SCAN_GRACE)
-        report = self.run(scan_once(self.worker))
-        assert (report.claimed, report.errors, report.failed_batches) == (fired, 0, 0)
-        self.model.settle(self.engine)
-
-    @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, copies=st.integers(1, 3), stray=st.booleans())
-    def deliver_again(self, pick: int, copies: int, stray: bool) -> None:
-        """A trigger hands over a timer id (maybe several times, maybe beside one that does not
-        exist); only a scheduled, due timer acts, once."""
-        with self.engine.connect() as conn:
-            rows = list(conn.execute(select(t_timers).order_by(t_timers.c.id)).all())
-        timer = rows[pick % len(rows)]
-        state, due = self.model.orders[timer.order_id].timers[timer.kind]
-        acts = state == "scheduled" and due <= self.model.now
-        ids = [timer.id] * copies + ([10**9] if stray else [])
-        assert self.run(self.worker.deliver(ids)) == int(acts)
-        if acts:
-            self.model.fire([(timer.order_id, timer.kind)])
-
     # -- after every step
 
     @invariant()
     def database_is_the_model(self) -> None:
         assert db_snapshot(self.engine) == self.model.snapshot()
-        sent = Counter((r.order_id, r.kind, r.reason) for r in self.notifier.sent)
         model = self.model.orders.values()
-        assert sent == Counter(
+        assert sent(self.notifier) == Counter(
             [(o.id, "pay_reminder", None) for o in model if o.reminder == "sent"]
             + [(o.id, "order_closed", o.cancel_reason) for o in model if o.closed_sent]
         )
@@ -749,37 +605,15 @@ class TicketSale(RuleBasedStateMachine):
         drained: on a drained copy of the database whenever something is due (when nothing is,
         the model and the structural checks above already cover the drained state; dueflow's
         own check_invariants each step would double the run's time)."""
-        if not self.model.due(self.model.now):
+        drained = self.drained_copy()
+        if drained is None:
             return
-        with (
-            closing(sqlite3.connect(self.path)) as src,
-            closing(sqlite3.connect(self.shadow_path)) as dst,
-        ):
-            src.backup(dst)
-        self.shadow_clock.set(self.model.now)
-        drained = copy.deepcopy(self.model)
-        fired = drained.run_due(drained.now)
-
-        async def drain_copy() -> None:
-            assert await InOrderWorker(self.shadow).drain() == fired
-            await promises(self.shadow, drained=True)
-
-        self.run(drain_copy())
-        drained.settle(self.shadow_engine)
         structural_invariants(self.shadow_engine, drained.now, drained=True)
         assert db_snapshot(self.shadow_engine) == drained.snapshot()
 
 
 @pytest.mark.slow
 def test_random_ticket_sales_keep_every_promise(migrated_template: Path, tmp_path: Path) -> None:
-    TicketSale.template = migrated_template
-    TicketSale.workdir = tmp_path
-    run_state_machine_as_test(
-        TicketSale,
-        settings=settings(
-            max_examples=int(os.environ.get("DUEFLOW_TEST_MODEL_EXAMPLES", "30")),
-            stateful_step_count=int(os.environ.get("DUEFLOW_TEST_MODEL_STEPS", "30")),
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-        ),
+    model_harness.check(
+        TicketSale, migrated_template, tmp_path, **model_harness.from_env(examples=30, steps=30)
     )
