@@ -1,5 +1,5 @@
 """What the shop races share: reading SKUs, flash sales, coupons and orders back, and the
-contenders (:func:`tests.contract.test_seat_races.race` runs them)."""
+contenders (:func:`tests.contract.race_harness.race` runs them)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dueflow.service.deps import Deps
 from dueflow.service.payments import PaymentOutcome
 from dueflow.store.schema import coupons, flash_buyers, flash_sales, order_events, skus
 from dueflow.store.schema import orders as t_orders
-from tests.contract.test_seat_races import Body, Outcome, rows
+from tests.contract.race_harness import Body, Outcome, rows
 
 PROCESSES = 4
 

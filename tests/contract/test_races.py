@@ -11,18 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 
-from dueflow import bootstrap
-from dueflow.clock import FakeClock
-from dueflow.config import Settings
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import Busy, GoodsUnavailable, InvalidTransition
 from dueflow.service import accounts, orders, payments
@@ -42,80 +36,14 @@ from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import payments as t_payments
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import scan_once
+from tests.contract.race_harness import RoundBody, contend, rows
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)  # the world fixture's clock starts here
 PAY_DEADLINE = START + timedelta(minutes=30)
-JOIN_SECONDS = 120
 STAGGER = 0.02  # seconds of head start in staggered rounds (ordering only, never a deadline)
-
-Body = Callable[[Deps, int], Awaitable[Any]]
-
-
-@dataclass
-class Outcome:
-    """What one contender's call did in one round: a value or an exception."""
-
-    value: Any = None
-    error: BaseException | None = None
-
-
-def contend(
-    settings: Settings,
-    now: datetime,
-    bodies: Sequence[Body],
-    *,
-    rounds: int = 1,
-    stagger: float = 0.0,
-) -> list[list[Outcome]]:
-    """Run each body in its own thread, event loop and engine; for every round all bodies are
-    released together by a barrier. Returns outcomes[round][contender].
-
-    With ``stagger``, every odd round gives one contender (each in turn) a head start of that
-    many seconds over the others, so that every order of arrival is seen, not only the one the
-    fastest code path wins; even rounds stay truly simultaneous."""
-    barrier = threading.Barrier(len(bodies))
-    results: list[list[Outcome]] = [[Outcome() for _ in bodies] for _ in range(rounds)]
-    crashes: list[BaseException] = []
-
-    async def contender(index: int, body: Body) -> None:
-        async with bootstrap.running(settings, clock=FakeClock(now), migrate_sqlite=False) as deps:
-            async with deps.db.read() as conn:  # open the pool's connection before the race
-                await conn.execute(select(1))
-            for round_no in range(rounds):
-                await asyncio.to_thread(barrier.wait, JOIN_SECONDS)
-                if stagger and round_no % 2 and index != (round_no // 2) % len(bodies):
-                    await asyncio.sleep(stagger)
-                try:
-                    results[round_no][index].value = await body(deps, round_no)
-                except Exception as exc:
-                    results[round_no][index].error = exc
-
-    def thread(index: int, body: Body) -> None:
-        try:
-            asyncio.run(contender(index, body))
-        except BaseException as exc:  # reported below, never as an unhandled thread error
-            crashes.append(exc)
-            barrier.abort()
-
-    threads = [
-        threading.Thread(target=thread, args=(i, body), name=f"contender-{i}", daemon=True)
-        for i, body in enumerate(bodies)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(JOIN_SECONDS)
-    assert not any(t.is_alive() for t in threads), "a contender hung"
-    assert not crashes, f"a contender crashed: {crashes!r}"
-    return results
 
 
 # --- reading the database ---------------------------------------------------------------------
-
-
-async def rows(deps: Deps, query: Any) -> list[Any]:
-    async with deps.db.read() as conn:
-        return list((await conn.execute(query)).all())
 
 
 async def scalar(deps: Deps, query: Any) -> Any:
@@ -165,7 +93,7 @@ async def test_twenty_buyers_one_goods_exactly_one_order(world, settings):
     for _ in range(3):
         goods_id = await world.goods()
 
-        def buyer(user_id: int, goods_id: int = goods_id) -> Body:
+        def buyer(user_id: int, goods_id: int = goods_id) -> RoundBody:
             async def body(deps: Deps, _round: int) -> int:
                 return await orders.place_order(deps, buyer_id=user_id, goods_id=goods_id)
 
@@ -342,7 +270,7 @@ async def test_overlapping_deliveries_scans_and_drains_act_once_per_timer(world,
     assert len(ids) == 60
     now = PAY_DEADLINE + timedelta(minutes=1)  # past the scanner's grace period too
 
-    def deliverer(seed: int) -> Body:
+    def deliverer(seed: int) -> RoundBody:
         async def body(deps: Deps, _round: int) -> int:
             mine = random.Random(seed).sample(ids, k=40) * 2  # each id twice in the batch
             return await Worker(deps).deliver(mine)
@@ -571,7 +499,7 @@ async def test_both_reviews_and_review_timeout_at_once_complete_once(world, sett
     fires = [await timer_id(world.deps, o, TimerKind.AUTO_REVIEW) for o in placed]
     review_deadline = START + timedelta(days=15)
 
-    def reviewer(user_id: int) -> Body:
+    def reviewer(user_id: int) -> RoundBody:
         async def body(deps: Deps, round_no: int) -> str:
             return await orders.review(
                 deps, order_id=placed[round_no], user_id=user_id, rating=4, comment="fine"

@@ -1,9 +1,10 @@
 """Real races for seats on SQLite, PostgreSQL and MariaDB.
 
-Contenders run as several "processes": each a thread with its own event loop and its own Deps
-(engine, pool, seat cache, locks), released together by a barrier; inside a process its
-contenders start together with ``asyncio.gather``, each on a pool connection of its own. The
-clock is a FakeClock per process set to one instant, never a sleep. Every assertion is on the
+Contenders run as several "processes" (:func:`tests.contract.race_harness.race`): each a thread
+with its own event loop and its own Deps (engine, pool, seat cache, locks), released together by
+a barrier; inside a process its contenders start together with ``asyncio.gather``, each on a
+pool connection of its own. The clock is a FakeClock per process set to one instant, never a
+sleep. Every assertion is on the
 database: who holds which seat (``seat_holds``), the per-buyer counts (``show_buyers``), the
 orders, tickets, refunds and discrepancies.
 """
@@ -12,21 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
 
-from dueflow import bootstrap
-from dueflow.clock import FakeClock
-from dueflow.config import load_settings
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import Busy, InvalidTransition, SeatLimitExceeded, SeatUnavailable
-from dueflow.service import accounts, orders, payments
+from dueflow.service import orders, payments
 from dueflow.service.deps import Deps
 from dueflow.service.payments import PaymentOutcome
 from dueflow.store.db import MESSAGES
@@ -44,72 +39,9 @@ from dueflow.store.schema import payments as t_payments
 from dueflow.store.schema import tickets as t_tickets
 from dueflow.worker.runner import Worker
 from tests.conftest import START
+from tests.contract.race_harness import Body, Outcome, buyers, race, rows
 
 PAY_DEADLINE = START + timedelta(minutes=15)  # a ticket order's, on the prod profile
-JOIN_SECONDS = 120
-HEAD_START = 0.02  # real seconds one contender goes first by (arrival order, never a deadline)
-
-Body = Callable[[Deps], Awaitable[Any]]
-
-
-@dataclass
-class Outcome:
-    """What one contender's call returned or raised."""
-
-    value: Any = None
-    error: BaseException | None = None
-
-
-def race(
-    url: str,
-    now: datetime,
-    bodies: Sequence[Body],
-    *,
-    processes: int,
-    first: int | None = None,
-) -> list[Outcome]:
-    """Run ``bodies`` at once, dealt round-robin over ``processes`` threads (each its own loop
-    and Deps); returns each body's outcome, in order. With ``first``, that body starts
-    :data:`HEAD_START` seconds before the others."""
-    processes = min(processes, len(bodies))
-    outcomes = [Outcome() for _ in bodies]
-    barrier = threading.Barrier(processes)
-    crashes: list[BaseException] = []
-    settings = load_settings(database_url=url, profile="prod")
-
-    async def contender(deps: Deps, index: int) -> None:
-        if first is not None and index != first:
-            await asyncio.sleep(HEAD_START)
-        try:
-            outcomes[index].value = await bodies[index](deps)
-        except Exception as exc:
-            outcomes[index].error = exc
-
-    async def process(mine: list[int]) -> None:
-        async with bootstrap.running(settings, clock=FakeClock(now), migrate_sqlite=False) as deps:
-            async with deps.db.read() as conn:  # connect before the race, not in it
-                await conn.execute(select(1))
-            await asyncio.to_thread(barrier.wait, JOIN_SECONDS)
-            await asyncio.gather(*(contender(deps, i) for i in mine))
-
-    def thread(mine: list[int]) -> None:
-        try:
-            asyncio.run(process(mine))
-        except BaseException as exc:  # reported below, never as an unhandled thread error
-            crashes.append(exc)
-            barrier.abort()
-
-    threads = [
-        threading.Thread(target=thread, args=(list(range(p, len(bodies), processes)),), daemon=True)
-        for p in range(processes)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(JOIN_SECONDS)
-    assert not any(t.is_alive() for t in threads), "a contender hung"
-    assert not crashes, f"a process crashed: {crashes!r}"
-    return outcomes
 
 
 def refused_cleanly(error: BaseException | None, *allowed: type[Exception]) -> bool:
@@ -120,11 +52,6 @@ def refused_cleanly(error: BaseException | None, *allowed: type[Exception]) -> b
 
 
 # --- reading the database ---------------------------------------------------------------------
-
-
-async def rows(deps: Deps, query: Any) -> list[Any]:
-    async with deps.db.read() as conn:
-        return list((await conn.execute(query)).all())
 
 
 async def holds_by_order(deps: Deps, show_id: int) -> dict[int, dict[str, str]]:
@@ -154,10 +81,6 @@ async def live_seats_by_buyer(deps: Deps, show_id: int) -> dict[int, int]:
 async def orders_of_show(deps: Deps, show_id: int) -> list[Any]:
     query = select(t_orders).where(t_orders.c.show_id == show_id).order_by(t_orders.c.id)
     return await rows(deps, query)
-
-
-async def buyers(world: Any, n: int, prefix: str) -> list[int]:
-    return [(await accounts.add_user(world.deps, f"{prefix}{i}"))[0].id for i in range(n)]
 
 
 def placing(buyer_id: int, show_id: int, labels: list[str]) -> Body:

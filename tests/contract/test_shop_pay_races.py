@@ -1,7 +1,7 @@
 """Real races over one shop order on SQLite, PostgreSQL and MariaDB: its payment against the
 buyer's cancel and the pay deadline, and one Idempotency-Key sent several times at once.
 
-Contenders run as several "processes" (:func:`tests.contract.test_seat_races.race`), each its
+Contenders run as several "processes" (:func:`tests.contract.race_harness.race`), each its
 own thread, event loop and Deps, on FakeClocks set to one instant. The assertions are on the
 database: one winner, and the units, the flash sale, the coupon, the payment, refund,
 discrepancy and notice that go with it.
@@ -31,6 +31,7 @@ from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import payments as t_payments
 from dueflow.worker.runner import Worker
 from tests.conftest import START
+from tests.contract.race_harness import Body, Outcome, race, rows
 from tests.contract.shop_kit import (
     PROCESSES,
     all_balanced,
@@ -42,7 +43,6 @@ from tests.contract.shop_kit import (
     sale_counts,
     sku_counts,
 )
-from tests.contract.test_seat_races import Body, Outcome, race, rows
 
 # --- a payment against the buyer's cancel (and the pay deadline) -------------------------------
 

@@ -1,7 +1,7 @@
 """Real races in the shop on SQLite, PostgreSQL and MariaDB: the last units, one coupon, a
 flash sale, a per-buyer limit, and lines in opposite orders.
 
-Contenders run as several "processes" (:func:`tests.contract.test_seat_races.race`): each a
+Contenders run as several "processes" (:func:`tests.contract.race_harness.race`): each a
 thread with its own event loop and Deps, released together by a barrier, its contenders started
 together on connections of their own. Clocks are FakeClocks set to one instant. Every assertion
 is on the database: the counts of each SKU and flash sale (stock + held + sold = stocked, none
@@ -22,6 +22,7 @@ from dueflow.service.payments import PaymentOutcome
 from dueflow.store.schema import order_lines
 from dueflow.store.schema import orders as t_orders
 from tests.conftest import START
+from tests.contract.race_harness import Body, buyers, race, rows
 from tests.contract.shop_kit import (
     PROCESSES,
     all_balanced,
@@ -36,7 +37,6 @@ from tests.contract.shop_kit import (
     sku_counts,
     split,
 )
-from tests.contract.test_seat_races import Body, buyers, race, rows
 
 # --- many buyers, the last units --------------------------------------------------------------
 
