@@ -20,8 +20,9 @@ import os
 import shutil
 import sqlite3
 from collections import Counter
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, closing
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -36,6 +37,7 @@ from dueflow.clock import FakeClock
 from dueflow.config import load_settings
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import InvalidTransition, NotAllowed, NotYourRole
+from dueflow.service import orders
 from dueflow.service.deps import Deps
 from dueflow.service.report import check_invariants
 from dueflow.store.schema import timers as t_timers
@@ -110,6 +112,9 @@ class ModelMachine(RuleBasedStateMachine):
     worker_class: ClassVar[type[Worker]] = Worker
     #: The flow's moves of the clock (the ``advance`` and ``time_passes_with_a_worker`` rules).
     clock_moves: ClassVar[st.SearchStrategy[timedelta]]
+    #: Set for a flow whose orders ship: who acts instead of the rightful party (None: that
+    #: party, else an index into the users) in the rules of :data:`PARTY_MOVES`.
+    others: ClassVar[st.SearchStrategy[int | None]]
     model: Any
     users: list[int]
 
@@ -120,6 +125,9 @@ class ModelMachine(RuleBasedStateMachine):
             cls.time_passes_with_a_worker = rule(delta=cls.clock_moves)(  # type: ignore[method-assign]
                 ModelMachine.time_passes_with_a_worker
             )
+        if "others" in cls.__dict__:
+            for move in PARTY_MOVES:
+                setattr(cls, move.name, move.rule(cls.others))
 
     def __init__(self) -> None:
         super().__init__()
@@ -203,6 +211,10 @@ class ModelMachine(RuleBasedStateMachine):
     def settle(self, model: Any, engine: Engine) -> None:
         """After a worker ran: the model takes any pick it left to the worker from ``engine``."""
 
+    def received(self, o: Any) -> None:
+        """The model's move when the buyer confirms receipt of ``o``."""
+        raise NotImplementedError
+
     # -- time and the machinery
 
     def advance(self, delta: timedelta) -> None:
@@ -266,6 +278,73 @@ class ModelMachine(RuleBasedStateMachine):
         self.run(drain_copy())
         self.settle(drained, self.shadow_engine)
         return drained
+
+
+@dataclass(frozen=True)
+class PartyMove:
+    """One party's move on an order of a flow whose orders ship: the rule ``name`` picks an
+    order (mostly one in ``status``), lets its rightful ``party`` (or someone else) ``call`` the
+    service and expects the refusal :func:`refusal` names; on success the model ``moves``."""
+
+    name: str
+    party: str  # buyer | seller
+    status: str
+    call: Callable[[Deps, int, int], Coroutine[Any, Any, Any]]
+    moves: Callable[[ModelMachine, Any], None]
+
+    def rule(self, others: st.SearchStrategy[int | None]) -> Callable[..., None]:
+        def move(machine: ModelMachine, pick: int, fitting: bool, other: int | None) -> None:
+            o = machine.order(pick, fitting, self.status)
+            rightful = getattr(o, self.party)
+            user_id = machine.party(rightful, other)
+            expected = refusal(o, user_id, rightful, self.status)
+            machine.attempt(self.call(machine.deps, o.id, user_id), expected)
+            if expected is None:
+                self.moves(machine, o)
+
+        move.__name__ = move.__qualname__ = self.name
+        decorated = rule(pick=PICK, fitting=FITTING, other=others)(move)
+        return precondition(lambda machine: machine.model.orders)(decorated)  # type: ignore[no-any-return]
+
+
+PARTY_MOVES = (
+    PartyMove(
+        "buyer_cancels",
+        "buyer",
+        "pending_payment",
+        lambda deps, order_id, user_id: orders.cancel_by_buyer(
+            deps, order_id=order_id, user_id=user_id
+        ),
+        lambda machine, o: machine.model.cancel_unpaid(o, "buyer_cancel"),
+    ),
+    PartyMove(
+        "ship",
+        "seller",
+        "pending_shipment",
+        lambda deps, order_id, user_id: orders.ship(
+            deps, order_id=order_id, user_id=user_id, carrier="SF", tracking_no="7"
+        ),
+        lambda machine, o: machine.model.ship(o),
+    ),
+    PartyMove(
+        "seller_cancels",
+        "seller",
+        "pending_shipment",
+        lambda deps, order_id, user_id: orders.cancel_by_seller(
+            deps, order_id=order_id, user_id=user_id
+        ),
+        lambda machine, o: machine.model.cancel_unshipped(o, "seller_cancel"),
+    ),
+    PartyMove(
+        "confirm_receipt",
+        "buyer",
+        "shipped",
+        lambda deps, order_id, user_id: orders.confirm_receipt(
+            deps, order_id=order_id, user_id=user_id
+        ),
+        lambda machine, o: machine.received(o),
+    ),
+)
 
 
 def from_env(*, examples: int, steps: int) -> dict[str, int]:

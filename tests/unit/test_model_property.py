@@ -45,7 +45,7 @@ from dueflow.store.schema import payments as t_payments
 from dueflow.store.schema import timers as t_timers
 from tests.conftest import START
 from tests.unit import model_harness
-from tests.unit.model_harness import FITTING, PICK, promises, refusal, sent
+from tests.unit.model_harness import FITTING, PICK, promises, sent
 
 REMINDER = timedelta(minutes=5)
 PAY = timedelta(minutes=30)
@@ -369,6 +369,7 @@ def structural_invariants(engine: Engine) -> None:
 class OrderLife(model_harness.ModelMachine):
     name = "model"
     clock_moves = ADVANCE
+    others = OTHER_USER
 
     async def populate(self) -> None:
         self.users = [(await accounts.add_user(self.deps, f"user{i}"))[0].id for i in range(USERS)]
@@ -380,7 +381,11 @@ class OrderLife(model_harness.ModelMachine):
             model_goods[gid] = MGoods(self.users[seller], Decimal(price))
         self.model = Model(now=START, goods=model_goods)
 
-    # -- people
+    def received(self, o: MOrder) -> None:
+        self.model.receive(o, "confirm_receipt")
+
+    # -- people (cancelling, shipping and confirming receipt move as model_harness.PARTY_MOVES
+    # says)
 
     @initialize(places=st.lists(st.tuples(st.integers(0, USERS - 1), PICK), max_size=3))
     def some_orders(self, places: list[tuple[int, int]]) -> None:
@@ -423,16 +428,6 @@ class OrderLife(model_harness.ModelMachine):
         self.model.orders[order_id] = o
 
     @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, fitting=FITTING, other=OTHER_USER)
-    def buyer_cancels(self, pick: int, fitting: bool, other: int | None) -> None:
-        o = self.order(pick, fitting, "pending_payment")
-        user_id = self.party(o.buyer, other)
-        expected = refusal(o, user_id, o.buyer, "pending_payment")
-        self.attempt(orders.cancel_by_buyer(self.deps, order_id=o.id, user_id=user_id), expected)
-        if expected is None:
-            self.model.cancel_unpaid(o, "buyer_cancel")
-
-    @precondition(lambda self: self.model.orders)
     @rule(pick=PICK, fitting=FITTING, exact=st.sampled_from([True, True, True, True, False]))
     def manual_payment(self, pick: int, fitting: bool, exact: bool) -> None:
         o = self.order(pick, fitting, "pending_payment")
@@ -445,39 +440,6 @@ class OrderLife(model_harness.ModelMachine):
             return
         _, outcome = result
         assert outcome.value == self.model.pay(o)
-
-    @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, fitting=FITTING, other=OTHER_USER)
-    def ship(self, pick: int, fitting: bool, other: int | None) -> None:
-        o = self.order(pick, fitting, "pending_shipment")
-        user_id = self.party(o.seller, other)
-        expected = refusal(o, user_id, o.seller, "pending_shipment")
-        self.attempt(
-            orders.ship(self.deps, order_id=o.id, user_id=user_id, carrier="SF", tracking_no="7"),
-            expected,
-        )
-        if expected is None:
-            self.model.ship(o)
-
-    @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, fitting=FITTING, other=OTHER_USER)
-    def seller_cancels(self, pick: int, fitting: bool, other: int | None) -> None:
-        o = self.order(pick, fitting, "pending_shipment")
-        user_id = self.party(o.seller, other)
-        expected = refusal(o, user_id, o.seller, "pending_shipment")
-        self.attempt(orders.cancel_by_seller(self.deps, order_id=o.id, user_id=user_id), expected)
-        if expected is None:
-            self.model.cancel_unshipped(o, "seller_cancel")
-
-    @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, fitting=FITTING, other=OTHER_USER)
-    def confirm_receipt(self, pick: int, fitting: bool, other: int | None) -> None:
-        o = self.order(pick, fitting, "shipped")
-        user_id = self.party(o.buyer, other)
-        expected = refusal(o, user_id, o.buyer, "shipped")
-        self.attempt(orders.confirm_receipt(self.deps, order_id=o.id, user_id=user_id), expected)
-        if expected is None:
-            self.model.receive(o, "confirm_receipt")
 
     @precondition(lambda self: self.model.orders)
     @rule(

@@ -39,11 +39,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from dueflow.exceptions import CouponUnusable, InvalidInput, NotAllowed, PaymentMismatch
-from dueflow.service import accounts, orders, payments, shop
+from dueflow.service import accounts, payments, shop
 from tests.conftest import START
 from tests.unit import model_harness, shop_rows
 from tests.unit import shop_model as m
-from tests.unit.model_harness import FITTING, PICK, InOrderWorker, refusal, sent
+from tests.unit.model_harness import FITTING, PICK, InOrderWorker, sent
 
 BUYERS = 3
 SELLER, OTHER_SELLER = BUYERS, BUYERS + 1  # indexes into the users
@@ -94,6 +94,7 @@ class ShopLife(model_harness.ModelMachine):
     name = "shop"
     worker_class = InOrderWorker
     clock_moves = ADVANCE
+    others = OTHER
 
     def __init__(self) -> None:
         super().__init__()
@@ -148,7 +149,11 @@ class ShopLife(model_harness.ModelMachine):
             self.model.sales[sale.id] = sale
         self.sale_ids = [*sorted(self.model.sales), MISSING]
 
-    # -- buyers
+    def received(self, o: m.MOrder) -> None:
+        self.model.complete(o, "confirm_receipt")
+
+    # -- buyers (cancelling, confirming receipt) and sellers (shipping, cancelling) move as
+    # model_harness.PARTY_MOVES says
 
     @initialize(
         first=st.lists(st.tuples(st.integers(0, BUYERS - 1), LINES, COUPON, PICK), max_size=3)
@@ -228,51 +233,6 @@ class ShopLife(model_harness.ModelMachine):
             outcome = self.model.pay(o)
             event(f"pay: {outcome}")
             assert result[1].value == outcome
-
-    @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, fitting=FITTING, other=OTHER)
-    def buyer_cancels(self, pick: int, fitting: bool, other: int | None) -> None:
-        o = self.order(pick, fitting, "pending_payment")
-        user_id = self.party(o.buyer, other)
-        expected = refusal(o, user_id, o.buyer, "pending_payment")
-        self.attempt(orders.cancel_by_buyer(self.deps, order_id=o.id, user_id=user_id), expected)
-        if expected is None:
-            self.model.cancel_unpaid(o, "buyer_cancel")
-
-    @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, fitting=FITTING, other=OTHER)
-    def confirm_receipt(self, pick: int, fitting: bool, other: int | None) -> None:
-        o = self.order(pick, fitting, "shipped")
-        user_id = self.party(o.buyer, other)
-        expected = refusal(o, user_id, o.buyer, "shipped")
-        self.attempt(orders.confirm_receipt(self.deps, order_id=o.id, user_id=user_id), expected)
-        if expected is None:
-            self.model.complete(o, "confirm_receipt")
-
-    # -- sellers
-
-    @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, fitting=FITTING, other=OTHER)
-    def ship(self, pick: int, fitting: bool, other: int | None) -> None:
-        o = self.order(pick, fitting, "pending_shipment")
-        user_id = self.party(o.seller, other)
-        expected = refusal(o, user_id, o.seller, "pending_shipment")
-        self.attempt(
-            orders.ship(self.deps, order_id=o.id, user_id=user_id, carrier="SF", tracking_no="7"),
-            expected,
-        )
-        if expected is None:
-            self.model.ship(o)
-
-    @precondition(lambda self: self.model.orders)
-    @rule(pick=PICK, fitting=FITTING, other=OTHER)
-    def seller_cancels(self, pick: int, fitting: bool, other: int | None) -> None:
-        o = self.order(pick, fitting, "pending_shipment")
-        user_id = self.party(o.seller, other)
-        expected = refusal(o, user_id, o.seller, "pending_shipment")
-        self.attempt(orders.cancel_by_seller(self.deps, order_id=o.id, user_id=user_id), expected)
-        if expected is None:
-            self.model.cancel_unshipped(o, "seller_cancel")
 
     @precondition(lambda self: self.model.orders)
     @rule(pick=PICK)
