@@ -10,25 +10,16 @@
 -- directory for the driver; answers are counted by status and, for a 409, by its error code.
 --   wrk ... -s http_flash.lua URL -- TOKENS_FILE FLASH_SALE_ID QUANTITY ATTEMPTS_PER_THREAD
 
-local threads = {}
-local next_id = 1
+local driver = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "wrk_driver.lua")
 local PARKED_MS = 1000 * 1000 * 1000
-
-function setup(thread)
-  thread:set("thread_id", next_id)
-  next_id = next_id + 1
-  table.insert(threads, thread)
-end
+local CODES = {"out_of_stock", "purchase_limit_exceeded", "sales_closed"}
 
 function init(args)
-  tokens = {}
-  for line in io.lines(args[1]) do
-    if #line > 0 then table.insert(tokens, line) end
-  end
+  tokens = driver.lines_of(args[1])
   sale_id, quantity, quota = tonumber(args[2]), tonumber(args[3]), tonumber(args[4])
   math.randomseed(os.time() * 1000 + thread_id * 7919)
   granted, sent, answered = 0, 0, 0
-  placed, out_of_stock, over_limit, closed = 0, 0, 0, 0
+  placed, out_of_stock, purchase_limit_exceeded, sales_closed = 0, 0, 0, 0
   others = ""
   body = '{"flash_sale_id": ' .. sale_id .. ', "quantity": ' .. quantity .. '}'
 end
@@ -44,60 +35,28 @@ end
 function request()
   -- wrk builds one request at start to check the script (before any delay()): not sent.
   if granted > 0 then sent = sent + 1 end
-  local headers = {
-    ["Authorization"] = "Bearer " .. tokens[math.random(#tokens)],
-    ["Content-Type"] = "application/json",
-  }
-  return wrk.format("POST", "/api/orders", headers, body)
+  return driver.post("/api/orders", tokens[math.random(#tokens)], body)
 end
 
 function response(status, headers, body)
   answered = answered + 1
-  if status == 201 then
-    placed = placed + 1
-  elseif status == 409 and body:find('"out_of_stock"', 1, true) then
-    out_of_stock = out_of_stock + 1
-  elseif status == 409 and body:find('"purchase_limit_exceeded"', 1, true) then
-    over_limit = over_limit + 1
-  elseif status == 409 and body:find('"sales_closed"', 1, true) then
-    closed = closed + 1
-  else
-    others = others .. status .. " " .. string.sub(body, 1, 120):gsub("\n", " ") .. "\n"
-  end
-  if answered == quota then
-    -- wrk runs for its whole -d unless interrupted: tell the driver, which sends SIGINT
-    -- once every thread is done (wrk then reports the time actually taken).
-    wrk.thread:stop()
-    local flag = io.open("done-" .. thread_id, "w")
-    flag:close()
-  end
+  driver.count(status, body, CODES)
+  if answered == quota then driver.finish() end
 end
 
 function done(summary, latency, requests)
-  local totals = {sent = 0, answered = 0, placed = 0, out_of_stock = 0,
-                  purchase_limit_exceeded = 0, sales_closed = 0}
-  local other_lines = {}
-  for _, thread in ipairs(threads) do
-    totals.sent = totals.sent + thread:get("sent")
-    totals.answered = totals.answered + thread:get("answered")
-    totals.placed = totals.placed + thread:get("placed")
-    totals.out_of_stock = totals.out_of_stock + thread:get("out_of_stock")
-    totals.purchase_limit_exceeded = totals.purchase_limit_exceeded + thread:get("over_limit")
-    totals.sales_closed = totals.sales_closed + thread:get("closed")
-    local text = thread:get("others")
-    if text ~= "" then table.insert(other_lines, text) end
-  end
+  local sent, answered, placed = driver.sum("sent"), driver.sum("answered"), driver.sum("placed")
+  local out_of_stock, over_limit = driver.sum("out_of_stock"), driver.sum("purchase_limit_exceeded")
+  local closed = driver.sum("sales_closed")
   local errors = summary.errors
   io.write(string.format(
     'FLASH {"sent": %d, "answered": %d, "placed": %d, "out_of_stock": %d, ' ..
     '"purchase_limit_exceeded": %d, "sales_closed": %d, "other": %d, "duration_us": %d, ' ..
     '"p50_us": %d, "p90_us": %d, "p99_us": %d, "max_us": %d, "connect_errors": %d, ' ..
     '"read_errors": %d, "write_errors": %d, "timeouts": %d, "non_2xx_3xx": %d}\n',
-    totals.sent, totals.answered, totals.placed, totals.out_of_stock,
-    totals.purchase_limit_exceeded, totals.sales_closed,
-    totals.answered - totals.placed - totals.out_of_stock - totals.purchase_limit_exceeded
-      - totals.sales_closed,
+    sent, answered, placed, out_of_stock, over_limit, closed,
+    answered - placed - out_of_stock - over_limit - closed,
     summary.duration, latency:percentile(50), latency:percentile(90), latency:percentile(99),
     latency.max, errors.connect, errors.read, errors.write, errors.timeout, errors.status))
-  for _, text in ipairs(other_lines) do io.write("OTHER " .. text) end
+  driver.write_others()
 end

@@ -10,27 +10,12 @@
 -- end and the database's orders are the 201s. Answers are counted by status.
 --   wrk ... -s http_place.lua URL -- GOODS_FILE TOKENS_FILE THREADS SECONDS
 
-local threads = {}
-local next_id = 1
+local driver = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "wrk_driver.lua")
 local PARKED_MS = 1000 * 1000 * 1000
 
-function setup(thread)
-  thread:set("thread_id", next_id)
-  next_id = next_id + 1
-  table.insert(threads, thread)
-end
-
-local function lines_of(path)
-  local found = {}
-  for line in io.lines(path) do
-    if #line > 0 then table.insert(found, line) end
-  end
-  return found
-end
-
 function init(args)
-  local goods, step = lines_of(args[1]), tonumber(args[3])
-  tokens = lines_of(args[2])
+  local goods, step = driver.lines_of(args[1]), tonumber(args[3])
+  tokens = driver.lines_of(args[2])
   stop_at = os.time() + tonumber(args[4])
   mine = {}
   for i = thread_id, #goods, step do table.insert(mine, goods[i]) end
@@ -41,9 +26,7 @@ end
 local function finish_when_answered()
   if not finished and answered == granted then
     finished = true
-    wrk.thread:stop()
-    local flag = io.open("done-" .. thread_id, "w")
-    flag:close()
+    driver.finish()
   end
 end
 
@@ -57,11 +40,7 @@ function delay()
 end
 
 local function place(n)
-  local headers = {
-    ["Authorization"] = "Bearer " .. tokens[(n - 1) % #tokens + 1],
-    ["Content-Type"] = "application/json",
-  }
-  return wrk.format("POST", "/api/orders", headers, '{"goods_id": ' .. mine[n] .. '}')
+  return driver.post("/api/orders", tokens[(n - 1) % #tokens + 1], '{"goods_id": ' .. mine[n] .. '}')
 end
 
 function request()
@@ -80,25 +59,17 @@ function response(status, headers, body)
     local parts = {}
     for code, count in pairs(counts) do table.insert(parts, code .. "=" .. count) end
     statuses = table.concat(parts, ",")
-    if #others < 2000 then
-      others = others .. status .. " " .. string.sub(body, 1, 120):gsub("\n", " ") .. "\n"
-    end
+    driver.other(status, body)
   end
   if granted == #mine or os.time() >= stop_at then finish_when_answered() end
 end
 
 function done(summary, latency, requests)
-  local sent_all, answered_all, placed_all, other = 0, 0, 0, {}
-  local other_lines = {}
-  for _, thread in ipairs(threads) do
-    sent_all = sent_all + thread:get("sent")
-    answered_all = answered_all + thread:get("answered")
-    placed_all = placed_all + thread:get("placed")
+  local other = {}
+  for _, thread in ipairs(driver.threads) do
     for code, count in string.gmatch(thread:get("statuses"), "(%d+)=(%d+)") do
       other[code] = (other[code] or 0) + tonumber(count)
     end
-    local text = thread:get("others")
-    if text ~= "" then table.insert(other_lines, text) end
   end
   local parts = {}
   for code, count in pairs(other) do table.insert(parts, '"' .. code .. '": ' .. count) end
@@ -107,8 +78,8 @@ function done(summary, latency, requests)
     'PLACE {"sent": %d, "answered": %d, "placed": %d, "non_201": {%s}, "duration_us": %d, ' ..
     '"p50_us": %d, "p90_us": %d, "p99_us": %d, "max_us": %d, "connect_errors": %d, ' ..
     '"read_errors": %d, "write_errors": %d, "timeouts": %d}\n',
-    sent_all, answered_all, placed_all, table.concat(parts, ", "), summary.duration,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max,
-    errors.connect, errors.read, errors.write, errors.timeout))
-  for _, text in ipairs(other_lines) do io.write("OTHER " .. text) end
+    driver.sum("sent"), driver.sum("answered"), driver.sum("placed"), table.concat(parts, ", "),
+    summary.duration, latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency.max, errors.connect, errors.read, errors.write, errors.timeout))
+  driver.write_others()
 end
