@@ -8,8 +8,10 @@ everything the move implies: holds, timers, refunds, timeline. It returns the or
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Column, Row
@@ -21,6 +23,7 @@ from dueflow.domain.timers import TimerKind
 from dueflow.service.deps import Deps
 from dueflow.store import aftersale, events, holds, orders, payments, timers
 from dueflow.store.db import after_commit
+from dueflow.store.holds import Hold
 from dueflow.store.schema import orders as t_orders
 
 S = OrderStatus
@@ -28,133 +31,90 @@ DEFAULT_RATING = 5
 DEFAULT_COMMENT = "Default positive review."
 
 
-async def cancel_unpaid(
+async def cancel(
     conn: AsyncConnection,
     deps: Deps,
     order_ids: Sequence[int],
     *,
+    how: Cancel,
+    expected: OrderStatus,
     now: datetime,
     event: OrderEvent,
     actor: str,
     due_only: bool,
+    holds_later: bool = False,
 ) -> list[Row[Any]]:
-    """pending_payment -> cancelled; release what each order holds, close attempts, cancel
-    timers."""
-    moved = await close_unpaid(
-        conn, deps, order_ids, now=now, event=event, actor=actor, due_only=due_only
-    )
-    await release_holds(conn, deps, moved, now)
-    return moved
+    """Cancel the orders still in ``expected`` (:data:`UNPAID`: their trades closed and what
+    they hold released; :data:`PAID`: a refund in review, what they held forfeited), with
+    their timeline, timers and the buyers' notices. One statement per step for the batch.
 
-
-async def close_unpaid(
-    conn: AsyncConnection,
-    deps: Deps,
-    order_ids: Sequence[int],
-    *,
-    now: datetime,
-    event: OrderEvent,
-    actor: str,
-    due_only: bool,
-) -> list[Row[Any]]:
-    """:func:`cancel_unpaid` but for letting go of the holds, which the caller does with
-    :func:`release_holds` in the same transaction, as late as it can: the rows of SKUs, flash
-    sales and buyers' counts are shared with other transactions, and are then locked only
-    until the commit. One statement per step for the whole batch."""
+    ``holds_later``: the caller lets go of the holds itself with :func:`let_go` in the same
+    transaction, as late as it can (the rows of SKUs, flash sales and buyers' counts are
+    shared with other transactions, and are then locked only until the commit)."""
     moved = await orders.move(
         conn,
         order_ids,
-        expected=S.PENDING_PAYMENT,
+        expected=expected,
         event=event,
         now=now,
         values={"cancelled_at": now, "cancel_reason": event.value},
-        due=t_orders.c.pay_deadline if due_only else None,
+        due=stage_deadline(expected) if due_only else None,
     )
     if not moved:
         return moved
     ids = [r.id for r in moved]
-    await _record_cancels(conn, moved, S.PENDING_PAYMENT, event, RELEASED, actor=actor, now=now)
-    await payments.close_open(conn, ids, now)
+    await _record_cancels(conn, moved, expected, event, how.where, actor=actor, now=now)
+    await how.settle_money(conn, ids, event, actor, now)
     await timers.cancel_for_orders(conn, ids, now)
     await _tell_buyers(conn, deps, ids, now)
+    if not holds_later:
+        await let_go(conn, deps, how, moved, now)
     return moved
 
 
-async def release_holds(
-    conn: AsyncConnection, deps: Deps, moved: Sequence[Row[Any]], now: datetime
+async def let_go(
+    conn: AsyncConnection, deps: Deps, how: Cancel, moved: Sequence[Row[Any]], now: datetime
 ) -> None:
-    """Put back what these cancelled unpaid orders hold: one release per kind held, the kinds
-    in the order every transaction takes them."""
+    """Put back (or clear) what these cancelled orders hold: one statement per kind held, the
+    kinds in the order every transaction takes them."""
     for hold, held_ids in deps.holds.for_flows(moved):
-        await hold.release(conn, held_ids, now)
+        await how.let_go(hold, conn, held_ids, now)
 
 
-async def cancel_paid(
-    conn: AsyncConnection,
-    deps: Deps,
-    order_ids: Sequence[int],
-    *,
-    expected: OrderStatus,
-    now: datetime,
-    event: OrderEvent,
-    actor: str,
-    due_only: bool,
-) -> list[Row[Any]]:
-    """A paid order is cancelled (not shipped in time, the seller or the organizer cancels):
-    a refund in review, what it held forfeited (goods off sale, tickets void)."""
-    moved = await close_paid(
-        conn,
-        deps,
-        order_ids,
-        expected=expected,
-        now=now,
-        event=event,
-        actor=actor,
-        due_only=due_only,
-    )
-    await forfeit_holds(conn, deps, moved, now)
-    return moved
+async def _close_trades(
+    conn: AsyncConnection, ids: Sequence[int], event: OrderEvent, actor: str, now: datetime
+) -> None:
+    await payments.close_open(conn, ids, now)
 
 
-async def close_paid(
-    conn: AsyncConnection,
-    deps: Deps,
-    order_ids: Sequence[int],
-    *,
-    expected: OrderStatus,
-    now: datetime,
-    event: OrderEvent,
-    actor: str,
-    due_only: bool,
-) -> list[Row[Any]]:
-    """:func:`cancel_paid` but for the holds (:func:`forfeit_holds`, as :func:`close_unpaid`)."""
-    stage = stage_deadline(expected) if due_only else None
-    moved = await orders.move(
-        conn,
-        order_ids,
-        expected=expected,
-        event=event,
-        now=now,
-        values={"cancelled_at": now, "cancel_reason": event.value},
-        due=stage,
-    )
-    if not moved:
-        return moved
-    ids = [r.id for r in moved]
-    await _record_cancels(conn, moved, expected, event, FORFEITED, actor=actor, now=now)
+async def _refund(
+    conn: AsyncConnection, ids: Sequence[int], event: OrderEvent, actor: str, now: datetime
+) -> None:
     paid = await payments.for_orders(conn, ids, state=payments.PAID)
     await payments.create_refunds(conn, paid, reason=event.value, now=now, actor=actor)
-    await timers.cancel_for_orders(conn, ids, now)
-    await _tell_buyers(conn, deps, ids, now)
-    return moved
 
 
-async def forfeit_holds(
-    conn: AsyncConnection, deps: Deps, moved: Sequence[Row[Any]], now: datetime
-) -> None:
-    """Clear what these cancelled paid orders hold (goods off sale, tickets void)."""
-    for hold, held_ids in deps.holds.for_flows(moved):
-        await hold.forfeit(conn, held_ids, now)
+async def _release(hold: Hold, conn: AsyncConnection, ids: Sequence[int], now: datetime) -> int:
+    return await hold.release(conn, ids, now)
+
+
+async def _forfeit(hold: Hold, conn: AsyncConnection, ids: Sequence[int], now: datetime) -> int:
+    return await hold.forfeit(conn, ids, now)
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """What a cancel does with an order's money and holds: the variants are data, the steps
+    (:func:`cancel`, :func:`let_go`) one function for every flow."""
+
+    #: Where each kind held goes (the detail of the ``released`` event).
+    where: Mapping[str, str]
+    #: The money step, in the cancel's transaction: close the open trades, or refund.
+    settle_money: Callable[
+        [AsyncConnection, Sequence[int], OrderEvent, str, datetime], Awaitable[None]
+    ]
+    #: What becomes of the holds: released, or forfeited.
+    let_go: Callable[[Hold, AsyncConnection, Sequence[int], datetime], Awaitable[int]]
 
 
 #: Where a released hold went, per kind (the detail of the ``released`` event).
@@ -173,6 +133,13 @@ FORFEITED = {
     "flash": "kept sold",
     "coupon": "kept used",
 }
+#: An unpaid order is cancelled: its open trades closed, what it holds released.
+UNPAID = Cancel(RELEASED, _close_trades, _release)
+#: A paid order is cancelled (not shipped in time, the seller or the organizer cancels): a
+#: refund in review, what it held forfeited (goods off sale, tickets void).
+PAID = Cancel(FORFEITED, _refund, _forfeit)
+#: pending_payment -> cancelled: close attempts, cancel timers, release what each order holds.
+cancel_unpaid = partial(cancel, how=UNPAID, expected=S.PENDING_PAYMENT)
 
 
 async def _tell_buyers(

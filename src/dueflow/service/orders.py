@@ -389,10 +389,11 @@ async def cancel_by_seller(deps: Deps, *, order_id: int, user_id: int) -> None:
     async with deps.db.write() as conn:
         order = await _own_order(conn, order_id, user_id, "seller")
         flow_named(order.flow).next_status(OrderStatus(order.status), E.SELLER_CANCEL)
-        moved = await lifecycle.cancel_paid(
+        moved = await lifecycle.cancel(
             conn,
             deps,
             [order_id],
+            how=lifecycle.PAID,
             expected=S.PENDING_SHIPMENT,
             now=now,
             event=E.SELLER_CANCEL,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Row
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
@@ -25,7 +25,6 @@ from dueflow.service import closing, lifecycle, refunds, reminders
 from dueflow.service import payments as payment_service
 from dueflow.service.deps import Deps
 from dueflow.store import orders, timers
-from dueflow.store.schema import orders as t_orders
 from dueflow.store.timers import Claimed
 
 log = logging.getLogger(__name__)
@@ -38,13 +37,13 @@ async def _settle(
     conn: AsyncConnection,
     batch: Sequence[Claimed],
     moved: set[int],
-    *,
     expected: OrderStatus,
-    deadline: Column[Any],
     done: str,
     now: datetime,
 ) -> None:
-    """Finish the batch's timers: moved -> ``done``; moved on -> skipped; not yet due -> re-armed."""
+    """Finish the batch's timers: moved -> ``done``; moved on -> skipped; not yet due (still in
+    ``expected``, its stage's deadline later) -> re-armed."""
+    deadline = lifecycle.stage_deadline(expected)
     rest = [t for t in batch if t.order_id not in moved]
     current = {r.id: r for r in await orders.many(conn, [t.order_id for t in rest])}
     outcomes = {t.id: done for t in batch if t.order_id in moved}
@@ -157,36 +156,35 @@ async def _cancel_or_retry(
                 await payment_service.record_mismatch_at_close(
                     conn, payment, detail=detail, now=now
                 )
-        moved = await lifecycle.close_unpaid(
+        moved = await lifecycle.cancel(
             conn,
             deps,
             cancellable,
+            how=lifecycle.UNPAID,
+            expected=S.PENDING_PAYMENT,
             now=now,
             event=how.event,
             actor="timer",
             due_only=how.due_only,
+            holds_later=True,
         )
         paid_moved: list[Row[Any]] = []
         if how.paid_too:
-            paid_moved = await lifecycle.close_paid(
+            paid_moved = await lifecycle.cancel(
                 conn,
                 deps,
                 [oid for oid in order_ids if oid not in unknown],
+                how=lifecycle.PAID,
                 expected=S.PAID,
                 now=now,
                 event=how.event,
                 actor="timer",
                 due_only=False,
+                holds_later=True,
             )
         settled = [t for t in batch if t.order_id not in unknown]
         await _settle(
-            conn,
-            settled,
-            {r.id for r in [*moved, *paid_moved]},
-            expected=S.PENDING_PAYMENT,
-            deadline=t_orders.c.pay_deadline,
-            done=how.done,
-            now=now,
+            conn, settled, {r.id for r in [*moved, *paid_moved]}, S.PENDING_PAYMENT, how.done, now
         )
         retry = [t for t in batch if t.order_id in unknown]
         if retry:
@@ -195,82 +193,90 @@ async def _cancel_or_retry(
                 conn, retry, error=f"payment state unknown: {reason}", now=now, delay=quick_backoff
             )
         # Last before the commit: the shared rows (stock, buyers' counts) stay locked briefly.
-        await lifecycle.release_holds(conn, deps, moved, now)
-        await lifecycle.forfeit_holds(conn, deps, paid_moved, now)
+        await lifecycle.let_go(conn, deps, lifecycle.UNPAID, moved, now)
+        await lifecycle.let_go(conn, deps, lifecycle.PAID, paid_moved, now)
+
+
+#: The move a deadline's timer makes (``due_only`` set): the orders it moved, and the timers
+#: it armed for their next stage.
+Move = Callable[
+    [AsyncConnection, Deps, list[int], datetime],
+    Awaitable[tuple[Sequence[Row[Any]], Sequence[timers.Armed]]],
+]
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    """A deadline a timer enforces: the status its orders wait in, the move, the timers'
+    outcome."""
+
+    expected: OrderStatus
+    move: Move
+    done: str
+
+
+async def _at_deadline(deps: Deps, batch: Sequence[Claimed], how: _Deadline) -> None:
+    """In one transaction: make the move for the batch's due orders, finish the timers; then
+    tell the trigger about the timers of the next stage."""
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        moved, armed = await how.move(conn, deps, [t.order_id for t in batch], now)
+        await _settle(conn, batch, {r.id for r in moved}, how.expected, how.done, now)
+    await deps.arm(armed)
+
+
+async def _ship_timeout(
+    conn: AsyncConnection, deps: Deps, ids: list[int], now: datetime
+) -> tuple[Sequence[Row[Any]], Sequence[timers.Armed]]:
+    moved = await lifecycle.cancel(
+        conn,
+        deps,
+        ids,
+        how=lifecycle.PAID,
+        expected=S.PENDING_SHIPMENT,
+        now=now,
+        event=E.SHIP_TIMEOUT,
+        actor="timer",
+        due_only=True,
+    )
+    return moved, []
+
+
+async def _receive_timeout(
+    conn: AsyncConnection, deps: Deps, ids: list[int], now: datetime
+) -> tuple[Sequence[Row[Any]], Sequence[timers.Armed]]:
+    return await lifecycle.receive(
+        conn, deps, ids, now=now, event=E.RECEIVE_TIMEOUT, actor="timer", due_only=True
+    )
+
+
+async def _review_timeout(
+    conn: AsyncConnection, deps: Deps, ids: list[int], now: datetime
+) -> tuple[Sequence[Row[Any]], Sequence[timers.Armed]]:
+    moved = await lifecycle.complete(
+        conn, deps, ids, now=now, event=E.REVIEW_TIMEOUT, actor="timer", due_only=True
+    )
+    return moved, []
+
+
+SHIP_DEADLINE = _Deadline(S.PENDING_SHIPMENT, _ship_timeout, "cancelled, refund pending review")
+RECEIVE_DEADLINE = _Deadline(S.SHIPPED, _receive_timeout, "received")
+REVIEW_DEADLINE = _Deadline(S.RECEIVED, _review_timeout, "completed with default reviews")
 
 
 async def cancel_unshipped(deps: Deps, batch: Sequence[Claimed]) -> None:
     """Cancel paid orders the seller did not ship by the ship deadline; refunds await review."""
-    now = deps.clock.now()
-    async with deps.db.write() as conn:
-        moved = await lifecycle.cancel_paid(
-            conn,
-            deps,
-            [t.order_id for t in batch],
-            expected=S.PENDING_SHIPMENT,
-            now=now,
-            event=E.SHIP_TIMEOUT,
-            actor="timer",
-            due_only=True,
-        )
-        await _settle(
-            conn,
-            batch,
-            {r.id for r in moved},
-            expected=S.PENDING_SHIPMENT,
-            deadline=t_orders.c.ship_deadline,
-            done="cancelled, refund pending review",
-            now=now,
-        )
+    await _at_deadline(deps, batch, SHIP_DEADLINE)
 
 
 async def confirm_receipt(deps: Deps, batch: Sequence[Claimed]) -> None:
     """Confirm receipt of shipped orders at the receive deadline."""
-    now = deps.clock.now()
-    async with deps.db.write() as conn:
-        moved, armed = await lifecycle.receive(
-            conn,
-            deps,
-            [t.order_id for t in batch],
-            now=now,
-            event=E.RECEIVE_TIMEOUT,
-            actor="timer",
-            due_only=True,
-        )
-        await _settle(
-            conn,
-            batch,
-            {r.id for r in moved},
-            expected=S.SHIPPED,
-            deadline=t_orders.c.receive_deadline,
-            done="received",
-            now=now,
-        )
-    await deps.arm(armed)
+    await _at_deadline(deps, batch, RECEIVE_DEADLINE)
 
 
 async def auto_review(deps: Deps, batch: Sequence[Claimed]) -> None:
     """Complete received orders at the review deadline with default positive reviews."""
-    now = deps.clock.now()
-    async with deps.db.write() as conn:
-        moved = await lifecycle.complete(
-            conn,
-            deps,
-            [t.order_id for t in batch],
-            now=now,
-            event=E.REVIEW_TIMEOUT,
-            actor="timer",
-            due_only=True,
-        )
-        await _settle(
-            conn,
-            batch,
-            {r.id for r in moved},
-            expected=S.RECEIVED,
-            deadline=t_orders.c.review_deadline,
-            done="completed with default reviews",
-            now=now,
-        )
+    await _at_deadline(deps, batch, REVIEW_DEADLINE)
 
 
 HANDLERS: Mapping[TimerKind, Handler] = {
