@@ -1,12 +1,12 @@
-"""Confirming payments (one path for notifications, queries and operators) and close-or-query."""
+"""Confirming a payment: one path for notifications, queries and operators (and the
+discrepancies found on the way)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
@@ -19,30 +19,19 @@ from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.money import parse_yuan
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import (
-    BackendError,
-    DomainError,
-    InvalidInput,
-    InvalidTransition,
-    NotAllowed,
     NotFound,
-    NotYourRole,
     PaymentMismatch,
-    ProviderUnavailable,
-    SalesClosed,
 )
 from dueflow.locks import base as locks
 from dueflow.payments.base import (
-    Attempt,
-    CloseOutcome,
-    CloseResult,
-    StartAnswer,
     VerifiedPayment,
 )
 from dueflow.service import given_back
 from dueflow.service.deps import Deps
-from dueflow.store import holds, orders, payments, shows, timers
+from dueflow.store import orders, payments, timers
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)
+
 
 MANUAL = "manual"
 
@@ -58,10 +47,6 @@ class PaymentOutcome(StrEnum):
     GIVEN_BACK = "given_back"
 
 
-#: A payment is not started this close to the pay deadline.
-MIN_PAY_WINDOW = timedelta(seconds=3)
-
-
 def new_pay_no(now: datetime) -> str:
     """A fresh pay_no: date, then random hex; 24 characters, valid for Alipay and WeChat Pay."""
     return now.strftime("%Y%m%d") + secrets.token_hex(8)
@@ -70,6 +55,8 @@ def new_pay_no(now: datetime) -> str:
 #: Inside the confirm's write transaction, before any write: the caller's own checks of the
 #: locked attempt (None when no attempt has the pay_no); raising refuses the payment unchanged.
 AttemptCheck = Callable[[Row[Any] | None], None]
+
+
 #: Inside the confirm's write transaction, after the payment is applied: the caller's own writes
 #: that must commit with it (a notification's verdict).
 AlsoWrite = Callable[[AsyncConnection, PaymentOutcome], Awaitable[None]]
@@ -343,205 +330,3 @@ async def _record_manual(
             order_status=order.status,
         )
     return pay_no, outcome, armed
-
-
-def attempt_of(row: Row[Any]) -> Attempt:
-    """A stored attempt as the provider port takes it."""
-    return Attempt(
-        pay_no=row.pay_no,
-        order_id=row.order_id,
-        provider=row.provider,
-        amount=row.amount,
-        expires_at=row.expires_at,
-        start=StartAnswer(row.start_answer or StartAnswer.UNKNOWN),
-    )
-
-
-async def close_each(
-    deps: Deps, attempts: Sequence[Row[Any]], now: datetime
-) -> list[tuple[Row[Any], CloseOutcome]]:
-    """Close-or-query every attempt, concurrently with a bound; each with its outcome."""
-    limit = asyncio.Semaphore(deps.provider_concurrency)
-
-    async def one(row: Row[Any]) -> tuple[Row[Any], CloseOutcome]:
-        async with limit:
-            try:
-                provider = deps.providers.get(row.provider)
-                return row, await provider.close_or_query(attempt_of(row), now)
-            except Exception as exc:  # a provider bug must not cancel on a guess
-                log.exception("close-or-query failed for %s", row.pay_no)
-                return row, CloseOutcome.unknown(f"{type(exc).__name__}: {exc}")
-
-    outcomes = list(await asyncio.gather(*(one(row) for row in attempts)))
-    returned = [(row, o.refunded) for row, o in outcomes if o.refunded is not None]
-    if returned:
-        await given_back.record(deps, returned, now)
-    return outcomes
-
-
-async def close_attempts(
-    deps: Deps, attempts: Sequence[Row[Any]], now: datetime
-) -> dict[int, CloseOutcome]:
-    """Close-or-query every open attempt (:func:`close_each`); one outcome per order: paid if
-    any attempt was paid, else unknown if any answer is unknown, else closed."""
-    by_order: dict[int, CloseOutcome] = {}
-    rank = {CloseResult.PAID: 2, CloseResult.UNKNOWN: 1, CloseResult.CLOSED_UNPAID: 0}
-    for row, outcome in await close_each(deps, attempts, now):
-        order_id = row.order_id
-        best = by_order.get(order_id)
-        if best is None or rank[outcome.result] > rank[best.result]:
-            by_order[order_id] = outcome
-    return by_order
-
-
-async def opened_since(
-    conn: AsyncConnection, order_ids: Sequence[int], closed: Sequence[Row[Any]]
-) -> set[int]:
-    """Inside the cancel's transaction: the unpaid orders with an open attempt that
-    close-or-query did not see (started meanwhile). Cancelling them now would leave a payable
-    trade behind. (A paid order's leftover trades are closed by its own ``close_attempts``
-    timer, whatever becomes of the order.)"""
-    seen = {row.pay_no for row in closed}
-    unseen = {
-        row.order_id
-        for row in await payments.for_orders(conn, order_ids, state=payments.OPEN)
-        if row.pay_no not in seen
-    }
-    if not unseen:
-        return unseen
-    pending = OrderStatus.PENDING_PAYMENT.value
-    return {r.id for r in await orders.many(conn, list(unseen)) if r.status == pending}
-
-
-async def open_attempts(deps: Deps, order_ids: Sequence[int], now: datetime) -> list[Row[Any]]:
-    """The open attempts of those of ``order_ids`` that are still pending payment."""
-    async with deps.db.read() as conn:
-        rows = await payments.for_orders(conn, order_ids, state=payments.OPEN)
-        if not rows:
-            return []
-        live = {
-            r.id
-            for r in await orders.many(conn, list({r.order_id for r in rows}))
-            if r.status == OrderStatus.PENDING_PAYMENT.value
-        }
-    return [r for r in rows if r.order_id in live]
-
-
-async def start_payment(
-    deps: Deps, *, order_id: int, user_id: int, provider: str
-) -> tuple[str, str]:
-    """The buyer starts paying an order through ``provider``: a new attempt whose expiry is the
-    pay deadline (sent to the provider too). Returns (pay_no, the URL where the buyer pays).
-
-    Raises:
-        InvalidInput: unknown provider, the manual provider (operators record those), or an
-            amount above the provider's most (nothing is stored).
-        NotFound, NotAllowed: no such order, or not the buyer's (NotYourRole: the seller's).
-        InvalidTransition: the order no longer awaits payment, or its pay deadline has passed.
-        ProviderUnavailable: the provider did not answer clearly (the attempt stays open and
-            is closed or queried like any other).
-    """
-    payer = deps.providers.get(provider)
-    if provider == MANUAL:
-        raise InvalidInput("manual payments are recorded by an operator")
-    async with locks.held(deps.locks, f"order:{order_id}", deps.lock_ttl):
-        attempt_id, attempt, subject = await _new_attempt(deps, order_id, user_id, provider)
-    try:
-        start = await payer.start(attempt, subject=subject)
-    except ProviderUnavailable as exc:
-        if exc.answered:
-            await _record_start(deps, attempt_id, attempt.pay_no, StartAnswer.REFUSED)
-        raise
-    except DomainError:  # refused before any request was sent (an amount it cannot take)
-        await _record_start(deps, attempt_id, attempt.pay_no, StartAnswer.REFUSED)
-        raise
-    # Anything else (a timeout, a cancelled request, a bug) leaves the start unknown: the
-    # request may still be on its way, so "no such trade" proves nothing before the expiry.
-    await _record_start(deps, attempt_id, attempt.pay_no, StartAnswer.CREATED)
-    return attempt.pay_no, start.pay_url
-
-
-async def _record_start(deps: Deps, attempt_id: int, pay_no: str, answer: StartAnswer) -> None:
-    """Keep what the start's answer proves, for close-or-query; losing it only makes a later
-    cancel wait for the expiry, so a database failure here does not fail the start."""
-    try:
-        async with deps.db.write() as conn:
-            await payments.record_start(conn, attempt_id, answer.value)
-    except BackendError as exc:
-        log.warning("could not record the start of %s as %s: %s", pay_no, answer, exc)
-
-
-async def _new_attempt(
-    deps: Deps, order_id: int, user_id: int, provider: str
-) -> tuple[int, Attempt, str]:
-    """The new attempt's id and the attempt as the provider takes it (built from what was
-    written, not read back), and the subject; committed before the provider hears of it."""
-    now = deps.clock.now()
-    async with deps.db.write() as conn:
-        order = await orders.get(conn, order_id, for_update=True)
-        if order is None:
-            raise NotFound(f"no order {order_id}")
-        if order.seller_id == user_id:
-            raise NotYourRole(f"only the buyer of order {order_id} may pay it; you are its seller")
-        if order.buyer_id != user_id:
-            raise NotAllowed(f"order {order_id} is not yours as buyer")
-        if order.status != OrderStatus.PENDING_PAYMENT.value:
-            raise InvalidTransition(
-                f"cannot pay: order {order_id} is {order.status}", status=order.status
-            )
-        if order.pay_deadline <= now:
-            raise InvalidTransition(
-                f"cannot pay: order {order_id}'s pay deadline has passed", status=order.status
-            )
-        if order.pay_deadline - now < MIN_PAY_WINDOW:
-            # Providers take the expiry in whole seconds: a trade started this late may be
-            # expired on arrival, and its close would stay unknown for the clock-skew margin.
-            raise InvalidTransition(
-                f"cannot pay: order {order_id}'s pay deadline is less than "
-                f"{MIN_PAY_WINDOW.total_seconds():g} s away",
-                status=order.status,
-            )
-        show = None if order.show_id is None else await shows.get(conn, order.show_id)
-        if show is not None and show.status == shows.CANCELLED:
-            # Its order is being cancelled by the worker: a trade now would only be closed.
-            raise SalesClosed(f"cannot pay: show {order.show_id} was cancelled")
-        deps.providers.get(provider).check_amount(order.amount)  # before anything is stored
-        attempt = Attempt(
-            pay_no=new_pay_no(now),
-            order_id=order_id,
-            provider=provider,
-            amount=order.amount,
-            expires_at=order.pay_deadline,
-        )
-        attempt_id = await payments.insert_attempt(
-            conn,
-            pay_no=attempt.pay_no,
-            order_id=order_id,
-            provider=provider,
-            amount=attempt.amount,
-            expires_at=attempt.expires_at,
-            now=now,
-        )
-        await orders.record_events(
-            conn,
-            [order_id],
-            event="payment_started",
-            actor=f"user:{user_id}",
-            now=now,
-            detail=f"{provider} {attempt.pay_no}",
-        )
-        subject = await _subject(conn, order, show)
-    return attempt_id, attempt, subject
-
-
-async def _subject(conn: AsyncConnection, order: Row[Any], show: Row[Any] | None) -> str:
-    """What the buyer pays for, as the provider shows it: the goods' title, the SKUs' titles
-    (with their quantities), or the show's title and the seats (``show``: the order's, already
-    read)."""
-    bought = (await holds.lines_of(conn, [order.id]))[order.id]
-    labels = ", ".join(
-        line.label if line.quantity == 1 else f"{line.label} x{line.quantity}"
-        for line in bought
-        if line.kind not in ("coupon", "flash")  # the price already says what they did
-    )
-    return labels if show is None else f"{show.title} {labels}"

@@ -1,0 +1,157 @@
+"""Starting a payment: a new attempt at the order's provider."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.domain.lifecycle import OrderStatus
+from dueflow.exceptions import (
+    BackendError,
+    DomainError,
+    InvalidInput,
+    InvalidTransition,
+    NotAllowed,
+    NotFound,
+    NotYourRole,
+    ProviderUnavailable,
+    SalesClosed,
+)
+from dueflow.locks import base as locks
+from dueflow.payments.base import (
+    Attempt,
+    StartAnswer,
+)
+from dueflow.service.deps import Deps
+from dueflow.service.payments._confirm import MANUAL, new_pay_no
+from dueflow.store import holds, orders, payments, shows
+
+log = logging.getLogger(__package__)
+
+
+#: A payment is not started this close to the pay deadline.
+MIN_PAY_WINDOW = timedelta(seconds=3)
+
+
+async def start_payment(
+    deps: Deps, *, order_id: int, user_id: int, provider: str
+) -> tuple[str, str]:
+    """The buyer starts paying an order through ``provider``: a new attempt whose expiry is the
+    pay deadline (sent to the provider too). Returns (pay_no, the URL where the buyer pays).
+
+    Raises:
+        InvalidInput: unknown provider, the manual provider (operators record those), or an
+            amount above the provider's most (nothing is stored).
+        NotFound, NotAllowed: no such order, or not the buyer's (NotYourRole: the seller's).
+        InvalidTransition: the order no longer awaits payment, or its pay deadline has passed.
+        ProviderUnavailable: the provider did not answer clearly (the attempt stays open and
+            is closed or queried like any other).
+    """
+    payer = deps.providers.get(provider)
+    if provider == MANUAL:
+        raise InvalidInput("manual payments are recorded by an operator")
+    async with locks.held(deps.locks, f"order:{order_id}", deps.lock_ttl):
+        attempt_id, attempt, subject = await _new_attempt(deps, order_id, user_id, provider)
+    try:
+        start = await payer.start(attempt, subject=subject)
+    except ProviderUnavailable as exc:
+        if exc.answered:
+            await _record_start(deps, attempt_id, attempt.pay_no, StartAnswer.REFUSED)
+        raise
+    except DomainError:  # refused before any request was sent (an amount it cannot take)
+        await _record_start(deps, attempt_id, attempt.pay_no, StartAnswer.REFUSED)
+        raise
+    # Anything else (a timeout, a cancelled request, a bug) leaves the start unknown: the
+    # request may still be on its way, so "no such trade" proves nothing before the expiry.
+    await _record_start(deps, attempt_id, attempt.pay_no, StartAnswer.CREATED)
+    return attempt.pay_no, start.pay_url
+
+
+async def _record_start(deps: Deps, attempt_id: int, pay_no: str, answer: StartAnswer) -> None:
+    """Keep what the start's answer proves, for close-or-query; losing it only makes a later
+    cancel wait for the expiry, so a database failure here does not fail the start."""
+    try:
+        async with deps.db.write() as conn:
+            await payments.record_start(conn, attempt_id, answer.value)
+    except BackendError as exc:
+        log.warning("could not record the start of %s as %s: %s", pay_no, answer, exc)
+
+
+async def _new_attempt(
+    deps: Deps, order_id: int, user_id: int, provider: str
+) -> tuple[int, Attempt, str]:
+    """The new attempt's id and the attempt as the provider takes it (built from what was
+    written, not read back), and the subject; committed before the provider hears of it."""
+    now = deps.clock.now()
+    async with deps.db.write() as conn:
+        order = await orders.get(conn, order_id, for_update=True)
+        if order is None:
+            raise NotFound(f"no order {order_id}")
+        if order.seller_id == user_id:
+            raise NotYourRole(f"only the buyer of order {order_id} may pay it; you are its seller")
+        if order.buyer_id != user_id:
+            raise NotAllowed(f"order {order_id} is not yours as buyer")
+        if order.status != OrderStatus.PENDING_PAYMENT.value:
+            raise InvalidTransition(
+                f"cannot pay: order {order_id} is {order.status}", status=order.status
+            )
+        if order.pay_deadline <= now:
+            raise InvalidTransition(
+                f"cannot pay: order {order_id}'s pay deadline has passed", status=order.status
+            )
+        if order.pay_deadline - now < MIN_PAY_WINDOW:
+            # Providers take the expiry in whole seconds: a trade started this late may be
+            # expired on arrival, and its close would stay unknown for the clock-skew margin.
+            raise InvalidTransition(
+                f"cannot pay: order {order_id}'s pay deadline is less than "
+                f"{MIN_PAY_WINDOW.total_seconds():g} s away",
+                status=order.status,
+            )
+        show = None if order.show_id is None else await shows.get(conn, order.show_id)
+        if show is not None and show.status == shows.CANCELLED:
+            # Its order is being cancelled by the worker: a trade now would only be closed.
+            raise SalesClosed(f"cannot pay: show {order.show_id} was cancelled")
+        deps.providers.get(provider).check_amount(order.amount)  # before anything is stored
+        attempt = Attempt(
+            pay_no=new_pay_no(now),
+            order_id=order_id,
+            provider=provider,
+            amount=order.amount,
+            expires_at=order.pay_deadline,
+        )
+        attempt_id = await payments.insert_attempt(
+            conn,
+            pay_no=attempt.pay_no,
+            order_id=order_id,
+            provider=provider,
+            amount=attempt.amount,
+            expires_at=attempt.expires_at,
+            now=now,
+        )
+        await orders.record_events(
+            conn,
+            [order_id],
+            event="payment_started",
+            actor=f"user:{user_id}",
+            now=now,
+            detail=f"{provider} {attempt.pay_no}",
+        )
+        subject = await _subject(conn, order, show)
+    return attempt_id, attempt, subject
+
+
+async def _subject(conn: AsyncConnection, order: Row[Any], show: Row[Any] | None) -> str:
+    """What the buyer pays for, as the provider shows it: the goods' title, the SKUs' titles
+    (with their quantities), or the show's title and the seats (``show``: the order's, already
+    read)."""
+    bought = (await holds.lines_of(conn, [order.id]))[order.id]
+    labels = ", ".join(
+        line.label if line.quantity == 1 else f"{line.label} x{line.quantity}"
+        for line in bought
+        if line.kind not in ("coupon", "flash")  # the price already says what they did
+    )
+    return labels if show is None else f"{show.title} {labels}"
