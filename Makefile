@@ -20,8 +20,11 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/dueflow demo
 
+# Two processes for most of the suite (each has its own databases: tests/databases.py), then the
+# tests that load the whole machine or count on its timing, one at a time.
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 -m "not serial"
+	$(BIN)/pytest -q -m serial
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -16,6 +16,8 @@ import pytest
 from tests.conftest import eventually_sync, in_ci
 from tests.e2e.live import Served, serve
 
+pytestmark = pytest.mark.serial
+
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [  # this machine's network is closed: no background calls home
     "--no-sandbox",

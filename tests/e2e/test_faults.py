@@ -25,7 +25,7 @@ from tests.conftest import SERVICE_URLS, _reset_server_database, eventually, req
 DUEFLOW = Path(sys.executable).parent / "dueflow"
 PG = SERVICE_URLS["postgres"]
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.fixture

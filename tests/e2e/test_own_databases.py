@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: A contract test that writes users and orders on both server databases.
 TARGET = "tests/contract/test_store_contract.py"
 
-pytestmark = [pytest.mark.postgres, pytest.mark.mysql, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.mysql, pytest.mark.slow, pytest.mark.serial]
 
 
 async def _postgres(statement: str) -> set[str]:

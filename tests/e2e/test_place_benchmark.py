@@ -28,6 +28,8 @@ import http_place  # noqa: E402
 import reference_server  # noqa: E402
 from http_tickets import free_port  # noqa: E402
 
+pytestmark = pytest.mark.serial
+
 
 def need_wrk() -> None:
     if shutil.which("wrk") is None:

@@ -24,6 +24,8 @@ sys.path.insert(0, str(BENCHMARKS))
 import _seed  # noqa: E402
 import herd_shop  # noqa: E402
 
+pytestmark = pytest.mark.serial
+
 #: Tables a placement may touch that the seed writes on purpose differently or not at all.
 NOT_COMPARED = {"alembic_version", "event_sequence"}
 

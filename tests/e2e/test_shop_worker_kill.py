@@ -47,6 +47,8 @@ from dueflow.store.schema import (
 from dueflow.worker.scanner import scan_once
 from tests.conftest import World, eventually
 
+pytestmark = pytest.mark.serial
+
 DUEFLOW = Path(sys.executable).parent / "dueflow"
 SHOP_ORDERS = 400
 FLASH_ORDERS = 200

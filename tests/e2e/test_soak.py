@@ -17,7 +17,13 @@ from tests.soak.chaos import FAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.rabbitmq, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.redis,
+    pytest.mark.rabbitmq,
+    pytest.mark.slow,
+    pytest.mark.serial,
+]
 
 
 @pytest.mark.timeout(900)

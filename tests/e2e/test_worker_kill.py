@@ -39,6 +39,8 @@ from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import scan_once
 from tests.conftest import eventually_sync
 
+pytestmark = pytest.mark.serial
+
 DUEFLOW = Path(sys.executable).parent / "dueflow"
 ORDERS = 3000
 BATCH = 50
