@@ -96,3 +96,16 @@ def test_no_import_circles_but_the_known_one():
     for a, b in KNOWN_CIRCLE:
         edges[a].discard(b)
     assert list(cycles(edges)) == []
+
+
+def test_the_api_calls_use_cases_only():
+    """No module of dueflow.api imports a store module: the routes and pages call the use
+    cases (dueflow.service), which own the statements."""
+    reaching = {
+        (name, target)
+        for name, targets in graph().items()
+        if name == "dueflow.api" or name.startswith("dueflow.api.")
+        for target in targets
+        if target == "dueflow.store" or target.startswith("dueflow.store.")
+    }
+    assert reaching == set()

@@ -8,8 +8,6 @@ their ``+00:00``."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -23,12 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.schemas import errors
-from dueflow.exceptions import DomainError, InvalidInput, NotAllowed, NotFound
-from dueflow.service import accounts, operations, orders, payments, replays, shop, tickets
+from dueflow.exceptions import DomainError, InvalidInput, NotAllowed
+from dueflow.service import accounts, operations, orders, parties, payments, replays, shop, tickets
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
-from dueflow.store import idempotency
-from dueflow.store import orders as order_store
 
 #: Ids are positive 64-bit integers; anything else is refused before it reaches the database.
 MAX_ID = 2**63 - 1
@@ -186,9 +182,7 @@ def _again(again: replays.Replay) -> Response:
     return answer(for_parties(again.view), again.status_code)
 
 
-async def _place(
-    deps: Deps, user: User, body: NewOrder, key: idempotency.Key | None
-) -> dict[str, Any]:
+async def _place(deps: Deps, user: User, body: NewOrder, key: replays.Key | None) -> dict[str, Any]:
     """Place the order the body asks for; answers its view. The buyer is the caller, just
     authenticated: placing does not read it again."""
     if body.show_id is not None:
@@ -260,19 +254,6 @@ def _goods(deps: Deps) -> APIRouter:
     return routes
 
 
-async def _role(deps: Deps, order_id: int, user: User) -> Literal["buyer", "seller"]:
-    """The caller's part in the order (NotAllowed, answered 404, when it has none)."""
-    async with deps.db.read() as conn:
-        order = await order_store.get(conn, order_id)
-    if order is None:
-        raise NotFound(f"no order {order_id}")
-    if order.buyer_id == user.id:
-        return "buyer"
-    if order.seller_id == user.id:
-        return "seller"
-    raise NotAllowed(f"order {order_id} is not yours")
-
-
 def _orders(deps: Deps) -> APIRouter:
     routes = APIRouter(
         prefix="/orders",
@@ -306,11 +287,8 @@ def _orders(deps: Deps) -> APIRouter:
             return answer(for_parties(await _place(deps, user, body, None)), 201)
         if not IDEMPOTENCY_KEY.fullmatch(header):
             raise InvalidInput("Idempotency-Key: 1-255 printable ASCII characters, no spaces")
-        digest = hashlib.sha256(
-            json.dumps(body.model_dump(), sort_keys=True, separators=(",", ":")).encode()
-        ).hexdigest()
         kept = _Kept()
-        key = idempotency.Key(user.id, header, digest, answer=kept)
+        key = replays.key_for(user.id, header, body.model_dump(), answer=kept)
         again = await replays.replay(deps, key)
         if again is not None:
             return _again(again)
@@ -357,10 +335,7 @@ def _orders(deps: Deps) -> APIRouter:
         """The buyer cancels before paying; the seller cancels before shipping (a refund
         awaits review)."""
         user = auth.caller(request)
-        if await _role(deps, order_id, user) == "buyer":
-            await orders.cancel_by_buyer(deps, order_id=order_id, user_id=user.id)
-        else:
-            await orders.cancel_by_seller(deps, order_id=order_id, user_id=user.id)
+        await parties.cancel(deps, order_id=order_id, user_id=user.id)
         return answer(for_parties(await orders.order_view(deps, order_id)))
 
     @routes.post("/{order_id}/ship", response_model=out.OrderView, responses=errors(400, 403, 409))

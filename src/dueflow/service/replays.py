@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +12,23 @@ from dueflow.exceptions import IdempotencyKeyReused
 from dueflow.service import orders as order_service
 from dueflow.service.deps import Deps
 from dueflow.store import idempotency
+
+#: A buyer's ``Idempotency-Key`` with the hash of its request, as placing ties it to the order.
+Key = idempotency.Key
+
+
+def key_for(
+    buyer_id: int,
+    key: str,
+    request: Mapping[str, Any],
+    answer: Callable[[Mapping[str, Any]], str] | None = None,
+) -> Key:
+    """The :data:`Key` of a placing request: ``request`` (its body as JSON values) hashed, so
+    the same key with another body is told apart; ``answer`` writes the first answer kept."""
+    digest = hashlib.sha256(
+        json.dumps(request, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+    return idempotency.Key(buyer_id, key, digest, answer=answer)
 
 
 @dataclass(frozen=True)
