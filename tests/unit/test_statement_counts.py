@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine.default import CACHE_MISS
 
-from dueflow.api import routes
+from dueflow.api import common
 from dueflow.exceptions import NotFound
 from dueflow.service import orders, shop, tickets
 from tests.unit.api import Api
@@ -270,5 +270,5 @@ def test_the_answer_is_encoded_once_as_before():
         "none": None,
     }
     assert (
-        routes.encode(value) == json.dumps(old, ensure_ascii=False, separators=(",", ":")).encode()
+        common.encode(value) == json.dumps(old, ensure_ascii=False, separators=(",", ":")).encode()
     )

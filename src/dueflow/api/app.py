@@ -13,15 +13,17 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dueflow.api import (
+    admin,
     admin_pages,
     admin_shop,
     admin_shows,
     errors,
     events,
+    goods,
     lists,
     notify,
+    orders,
     refunds,
-    routes,
     shop,
     shows,
 )
@@ -41,7 +43,10 @@ def create_app(
     end when the process does); ``secure_cookies`` for a deployment behind HTTPS."""
     app = FastAPI(title="dueflow", version="0.1.0")
     errors.install(app)
-    app.include_router(routes.router(deps))
+    # The order of the routers is the order of the OpenAPI document's paths.
+    app.include_router(goods.router(deps))
+    app.include_router(orders.router(deps))
+    app.include_router(admin.router(deps))
     app.include_router(lists.router(deps))
     app.include_router(refunds.router(deps))
     app.include_router(shows.router(deps))

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
-from dueflow.api.routes import answer
+from dueflow.api.common import answer
 from dueflow.api.schemas import View, errors
 from dueflow.exceptions import InvalidInput
 from dueflow.service import events

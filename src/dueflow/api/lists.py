@@ -13,8 +13,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from dueflow.api import auth, routes
+from dueflow.api import auth
 from dueflow.api import schemas as out
+from dueflow.api.common import MAX_ID, answer
 from dueflow.api.schemas import errors
 from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderStatus
@@ -38,7 +39,7 @@ SellerId = Annotated[
     int | None,
     Query(
         ge=1,
-        le=routes.MAX_ID,
+        le=MAX_ID,
         description="only this seller's goods (the caller's own in every status)",
     ),
 ]
@@ -53,7 +54,7 @@ Flow = Annotated[
 
 
 def _page(page: lists.Page) -> JSONResponse:
-    return routes.answer({"items": page.items, "next": page.next})
+    return answer({"items": page.items, "next": page.next})
 
 
 def router(deps: Deps) -> APIRouter:
@@ -103,6 +104,6 @@ def router(deps: Deps) -> APIRouter:
     @api.get("/me", tags=["users"], response_model=out.MeView)
     async def me(request: Request) -> JSONResponse:
         """The caller: id, name, admin flag, and their orders counted as buyer and as seller."""
-        return routes.answer(await lists.me(deps, auth.caller(request)))
+        return answer(await lists.me(deps, auth.caller(request)))
 
     return api

@@ -10,14 +10,15 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from dueflow.api import auth, routes
+from dueflow.api import auth
 from dueflow.api import schemas as out
+from dueflow.api.common import Body, Id, Limit, answer
 from dueflow.api.schemas import errors
 from dueflow.service import refunds
 from dueflow.service.deps import Deps
 
 
-class Rejection(routes.Body):
+class Rejection(Body):
     """Why the refund is rejected: no money goes back."""
 
     reason: out.SingleLine = Field(
@@ -25,7 +26,7 @@ class Rejection(routes.Body):
     )
 
 
-class OfflineSettlement(routes.Body):
+class OfflineSettlement(Body):
     """How the money went back outside dueflow: a bank transfer's number, say."""
 
     reference: out.SingleLine = Field(
@@ -46,38 +47,38 @@ def router(deps: Deps) -> APIRouter:
         return f"user:{auth.caller(request).id}"
 
     def answered(refund_id: int, now: str) -> JSONResponse:
-        return routes.answer({"id": refund_id, "state": now})
+        return answer({"id": refund_id, "state": now})
 
     @api.get("", response_model=list[out.RefundListItem], responses=errors(422))
     async def list_refunds(
         state: Annotated[str | None, Query(max_length=32)] = None,
-        limit: routes.Limit = 100,
+        limit: Limit = 100,
     ) -> JSONResponse:
         """The newest refunds, optionally in one state."""
-        return routes.answer(await refunds.list_refunds(deps, state=state, limit=limit))
+        return answer(await refunds.list_refunds(deps, state=state, limit=limit))
 
     moved = errors(404, 409, 422)
     noted = errors(400, 404, 409, 422)  # with a body: 400 when it is not JSON
 
     @api.post("/{refund_id}/approve", response_model=out.RefundState, responses=moved)
-    async def approve(refund_id: routes.Id, request: Request) -> JSONResponse:
+    async def approve(refund_id: Id, request: Request) -> JSONResponse:
         """Submit a refund in review to its provider."""
         return answered(refund_id, await refunds.approve(deps, refund_id, actor=actor(request)))
 
     @api.post("/{refund_id}/retry", response_model=out.RefundState, responses=moved)
-    async def retry(refund_id: routes.Id, request: Request) -> JSONResponse:
+    async def retry(refund_id: Id, request: Request) -> JSONResponse:
         """Submit a failed refund again, with the same refund number."""
         return answered(refund_id, await refunds.retry(deps, refund_id, actor=actor(request)))
 
     @api.post("/{refund_id}/reject", response_model=out.RefundState, responses=noted)
-    async def reject(refund_id: routes.Id, body: Rejection, request: Request) -> JSONResponse:
+    async def reject(refund_id: Id, body: Rejection, request: Request) -> JSONResponse:
         """Reject a refund in review or failed, with a reason: no money goes back (final)."""
         done = await refunds.reject(deps, refund_id, reason=body.reason, actor=actor(request))
         return answered(refund_id, done)
 
     @api.post("/{refund_id}/settle-offline", response_model=out.RefundState, responses=noted)
     async def settle_offline(
-        refund_id: routes.Id, body: OfflineSettlement, request: Request
+        refund_id: Id, body: OfflineSettlement, request: Request
     ) -> JSONResponse:
         """Record a refund in review or failed as paid back outside dueflow, with a reference
         such as a bank transfer's number (final)."""

@@ -1,6 +1,6 @@
 """What the JSON API answers, as pydantic models for the OpenAPI schema.
 
-The routes still build their JSON themselves (:func:`dueflow.api.routes.answer`): these models
+The routes still build their JSON themselves (:func:`dueflow.api.common.answer`): these models
 document the wire format, they do not produce it. Money is exact decimal text with two places
 (``"12.50"``), datetimes are ISO 8601 with their UTC offset (``"2026-03-01T12:00:00+00:00"``).
 Every model refuses fields it does not name, so the schema says exactly what is sent.

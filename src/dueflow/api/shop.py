@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from dueflow.api import auth, routes
+from dueflow.api import auth
 from dueflow.api import schemas as out
-from dueflow.api.routes import Id, answer
+from dueflow.api.common import MAX_ID, Body, Id, answer
 from dueflow.api.schemas import errors
 from dueflow.service import shop
 from dueflow.service.deps import Deps
@@ -20,7 +20,7 @@ Price = Field(min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$", examp
 Units = Field(ge=0, le=shop.MAX_UNITS)
 
 
-class NewSku(routes.Body):
+class NewSku(Body):
     """A SKU to sell: its title, its price in yuan and how many units are on sale."""
 
     title: out.SingleLine = Field(min_length=1, max_length=200)
@@ -28,13 +28,13 @@ class NewSku(routes.Body):
     stock: int = Units
 
 
-class Restock(routes.Body):
+class Restock(Body):
     """How many more units to put on sale."""
 
     quantity: int = Field(ge=1, le=shop.MAX_UNITS)
 
 
-class NewTemplate(routes.Body):
+class NewTemplate(Body):
     """A coupon template: the amount off orders of at least ``min_amount`` from the caller's
     shop, valid in [valid_from, valid_until), at most ``total`` issued."""
 
@@ -48,17 +48,17 @@ class NewTemplate(routes.Body):
     total: int = Field(ge=1, le=shop.MAX_UNITS)
 
 
-class Issue(routes.Body):
+class Issue(Body):
     """The user to issue one coupon to."""
 
-    user_id: int = Field(ge=1, le=routes.MAX_ID)
+    user_id: int = Field(ge=1, le=MAX_ID)
 
 
-class NewFlashSale(routes.Body):
+class NewFlashSale(Body):
     """A flash sale of one of the caller's SKUs: its price, its units, its window and how many
     units one buyer may hold or buy."""
 
-    sku_id: int = Field(ge=1, le=routes.MAX_ID)
+    sku_id: int = Field(ge=1, le=MAX_ID)
     price: str = Price
     stock: int = Field(ge=1, le=shop.MAX_UNITS)
     starts_at: out.Time

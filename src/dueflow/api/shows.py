@@ -11,8 +11,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field, model_validator
 
-from dueflow.api import auth, routes
+from dueflow.api import auth
 from dueflow.api import schemas as out
+from dueflow.api.common import Body, Id, answer
 from dueflow.api.schemas import errors
 from dueflow.domain import seating
 from dueflow.domain.money import parse_yuan
@@ -27,7 +28,7 @@ MAX_RANGES_TEXT = 4000
 MAX_SECTIONS = 200
 
 
-class NewSeat(routes.Body):
+class NewSeat(Body):
     """One seat: its label (section, optional row, number: ``A-12``), its price in yuan and
     optionally its price tier (its section by default)."""
 
@@ -36,7 +37,7 @@ class NewSeat(routes.Body):
     tier: out.SingleLine | None = Field(default=None, min_length=1, max_length=16)
 
 
-class NewShow(routes.Body):
+class NewShow(Body):
     """A show and its seat map; times are ISO 8601 with their offset. The seats are listed one
     by one (``seats``), given as ranges by section (``seat_ranges`` with a price per section in
     ``prices``: 5,000 seats fit in a few bytes), or both (no seat twice)."""
@@ -130,26 +131,26 @@ def router(deps: Deps) -> APIRouter:
             seat_limit=body.seat_limit,
             seats=specs,
         )
-        return routes.answer(await tickets.show_view(deps, show_id), 201)
+        return answer(await tickets.show_view(deps, show_id), 201)
 
     @api.get("/{show_id}", response_model=out.ShowView)
-    async def get_show(show_id: routes.Id) -> JSONResponse:
+    async def get_show(show_id: Id) -> JSONResponse:
         """The show, and how many of its seats are free, held and sold."""
-        return routes.answer(await tickets.show_view(deps, show_id))
+        return answer(await tickets.show_view(deps, show_id))
 
     @api.get("/{show_id}/seats", response_model=out.SeatMap)
-    async def get_seats(show_id: routes.Id) -> JSONResponse:
+    async def get_seats(show_id: Id) -> JSONResponse:
         """Where the show's sales stand and every seat's state: free, held (by an unpaid
         order), sold, or not_for_sale (no order holds it and the show sells no more)."""
-        return routes.answer(await tickets.buyers_seat_map(deps, show_id))
+        return answer(await tickets.buyers_seat_map(deps, show_id))
 
     @api.post("/{show_id}/cancel", response_model=out.ShowCancelled, responses=errors(403, 409))
-    async def cancel_show(show_id: routes.Id, request: Request) -> JSONResponse:
+    async def cancel_show(show_id: Id, request: Request) -> JSONResponse:
         """The organizer cancels the show: no more orders; every live order is cancelled by
         the worker shortly after (paid ones with a refund awaiting review)."""
         user = auth.caller(request)
         count = await tickets.cancel_show(deps, show_id=show_id, user_id=user.id)
         view = await tickets.show_view(deps, show_id)
-        return routes.answer({"show": view, "orders_to_cancel": count})
+        return answer({"show": view, "orders_to_cancel": count})
 
     return api

@@ -14,7 +14,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from dueflow.api import errors, events, lists, refunds, routes, shop, shows
+from dueflow.api import admin, errors, events, goods, lists, orders, refunds, shop, shows
 from dueflow.payments.base import (
     Attempt,
     CloseOutcome,
@@ -235,7 +235,9 @@ class Api:
 def build_app(deps: Deps) -> FastAPI:
     app = FastAPI()
     errors.install(app)
-    app.include_router(routes.router(deps))
+    app.include_router(goods.router(deps))
+    app.include_router(orders.router(deps))
+    app.include_router(admin.router(deps))
     app.include_router(lists.router(deps))
     app.include_router(events.router(deps))
     app.include_router(refunds.router(deps))

@@ -1,50 +1,27 @@
-"""The JSON API under ``/api``: goods, orders and what buyers and sellers do to them, and the
-admin routes (the refund routes are in :mod:`dueflow.api.refunds`). Errors are raised as dueflow's own and answered by :mod:`dueflow.api.errors`.
-
-Each route's ``response_model`` (from :mod:`dueflow.api.schemas`) documents its answer in the
-OpenAPI schema; the JSON itself is built by :func:`answer` (FastAPI passes a returned response
-through untouched), encoded once by orjson: money stays exact decimal text and datetimes keep
-their ``+00:00``."""
+"""The orders routes under ``/api/orders``: placing an order (goods, seats of a show, units of
+SKUs with a coupon, units of a flash sale; with its ``Idempotency-Key``), reading it, and what its
+buyer and seller do to it: pay, cancel, ship, confirm receipt, review. (The caller's orders as a
+list are in :mod:`dueflow.api.lists`.) Errors are raised as dueflow's own and answered by
+:mod:`dueflow.api.errors`."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-import orjson
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from dueflow.api import auth
 from dueflow.api import schemas as out
+from dueflow.api.common import MAX_ID, Body, Id, answer, encode
 from dueflow.api.schemas import errors
 from dueflow.exceptions import DomainError, InvalidInput, NotAllowed
-from dueflow.service import accounts, operations, orders, parties, payments, replays, shop, tickets
+from dueflow.service import orders, parties, payments, replays, shop, tickets
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
-
-#: Ids are positive 64-bit integers; anything else is refused before it reaches the database.
-MAX_ID = 2**63 - 1
-Id = Annotated[int, Path(ge=1, le=MAX_ID)]
-Limit = Annotated[int, Query(ge=1, le=1000, description="at most this many rows")]
-
-
-class Body(BaseModel):
-    """A request body: unknown fields and loose types are refused (422)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class NewGoods(Body):
-    """Goods to put on sale; the price is a string of yuan such as ``"12.50"``."""
-
-    title: out.SingleLine = Field(min_length=1, max_length=200)
-    price: str = Field(
-        min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$", examples=["12.50"]
-    )
 
 
 class NewLine(Body):
@@ -111,43 +88,6 @@ class NewReview(Body):
 
     rating: int = Field(ge=1, le=5)
     comment: out.MultiLine = Field(default="", max_length=500)
-
-
-class NewUser(Body):
-    """A user to create; its token is shown once in the answer."""
-
-    name: out.SingleLine = Field(min_length=1, max_length=64)
-    admin: bool = False
-
-
-def _unnative(value: Any) -> Any:
-    """What orjson does not encode itself: Decimals (as exact text), mappings that are not
-    dicts (rows' mappings) and named tuples."""
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, tuple):
-        return list(value)
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def encode(value: Any) -> bytes:
-    """``value`` as JSON in one pass: Decimals as strings (money stays exact), datetimes as
-    ISO 8601 (``+00:00``, microseconds when there are any), keys as text."""
-    return orjson.dumps(value, default=_unnative, option=orjson.OPT_NON_STR_KEYS)
-
-
-class _Encoded(JSONResponse):
-    """A JSON response rendered by :func:`encode`."""
-
-    def render(self, content: Any) -> bytes:
-        return encode(content)
-
-
-def answer(value: Any, status: int = 200) -> JSONResponse:
-    """A JSON response of ``value``, encoded once (:func:`encode`)."""
-    return _Encoded(value, status_code=status)
 
 
 #: The fields of a timer an order's buyer and seller see (the claim and the last error are
@@ -221,42 +161,9 @@ async def _place(deps: Deps, user: User, body: NewOrder, key: replays.Key | None
 
 
 def router(deps: Deps) -> APIRouter:
-    """Every ``/api`` route over ``deps``."""
-    routes = APIRouter(prefix="/api")
-    routes.include_router(_goods(deps))
-    routes.include_router(_orders(deps))
-    routes.include_router(_admin(deps))
-    return routes
-
-
-def _goods(deps: Deps) -> APIRouter:
+    """The ``/api/orders`` routes over ``deps``."""
     routes = APIRouter(
-        prefix="/goods",
-        tags=["goods"],
-        dependencies=[Depends(auth.current_user(deps))],
-        responses=errors(401, 413, 422, 503),
-    )
-
-    @routes.post("", status_code=201, response_model=out.GoodsView, responses=errors(400))
-    async def add_goods(body: NewGoods, request: Request) -> JSONResponse:
-        """Put goods on sale as the caller."""
-        user = auth.caller(request)
-        goods_id = await accounts.add_goods(
-            deps, seller_id=user.id, title=body.title, price=body.price
-        )
-        return answer(await accounts.get_goods(deps, goods_id), 201)
-
-    @routes.get("/{goods_id}", response_model=out.GoodsView, responses=errors(404))
-    async def get_goods(goods_id: Id) -> JSONResponse:
-        """Goods by id."""
-        return answer(await accounts.get_goods(deps, goods_id))
-
-    return routes
-
-
-def _orders(deps: Deps) -> APIRouter:
-    routes = APIRouter(
-        prefix="/orders",
+        prefix="/api/orders",
         tags=["orders"],
         dependencies=[Depends(auth.current_user(deps))],
         responses=errors(401, 404, 413, 422, 503),
@@ -374,62 +281,5 @@ def _orders(deps: Deps) -> APIRouter:
         )
         view = for_parties(await orders.order_view(deps, order_id))
         return answer({"role": role, "order": view}, 201)
-
-    return routes
-
-
-def _admin(deps: Deps) -> APIRouter:
-    routes = APIRouter(
-        prefix="/admin",
-        tags=["admin"],
-        dependencies=[Depends(auth.current_admin(deps))],
-        responses=errors(401, 403, 413, 503),
-    )
-
-    @routes.post(
-        "/users", status_code=201, response_model=out.UserCreated, responses=errors(400, 422)
-    )
-    async def add_user(body: NewUser) -> JSONResponse:
-        """Create a user; the token is shown only here."""
-        user, token = await accounts.add_user(deps, body.name, admin=body.admin)
-        return answer(
-            {"id": user.id, "name": user.name, "admin": user.is_admin, "token": token}, 201
-        )
-
-    @routes.get("/overdue", response_model=list[out.OverdueTimer], responses=errors(422))
-    async def overdue(limit: Limit = 100) -> JSONResponse:
-        """Live timers past due by more than the scan grace, oldest first, with their order's
-        status."""
-        return answer(await operations.overdue_timers(deps, limit))
-
-    @routes.get("/timers", response_model=list[out.TimerView], responses=errors(422))
-    async def timers(
-        state: Literal["stuck", "scheduled", "claimed", "done", "cancelled", "parked"] = "stuck",
-        limit: Limit = 100,
-    ) -> JSONResponse:
-        """Timers in one state; ``stuck`` means live timers flagged stuck."""
-        return answer(await operations.timers_in_state(deps, state, limit))
-
-    @routes.post(
-        "/timers/{timer_id}/run-now",
-        response_model=out.TimerView,
-        responses=errors(404, 409, 422),
-    )
-    async def run_now(timer_id: Id, request: Request) -> JSONResponse:
-        """Make a waiting, stuck or parked timer due now (409 when a worker holds it or it is
-        over)."""
-        actor = f"user:{auth.caller(request).id}"
-        return answer(await operations.run_timer_now(deps, timer_id, actor=actor))
-
-    @routes.get("/summary", response_model=out.Summary)
-    async def summary() -> JSONResponse:
-        """Orders by status, timers by state, overdue and stuck timers, refunds by state,
-        discrepancies, timer lateness over the last hour by kind, and the invariants."""
-        return answer(await operations.summary(deps))
-
-    @routes.get("/discrepancies", response_model=list[out.DiscrepancyView], responses=errors(422))
-    async def discrepancies(limit: Limit = 100) -> JSONResponse:
-        """Recorded payment discrepancies, newest first."""
-        return answer(await operations.discrepancies(deps, limit))
 
     return routes

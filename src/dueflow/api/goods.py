@@ -1,0 +1,51 @@
+"""The goods routes under ``/api/goods``: a seller puts goods on sale, anyone signed in reads
+them (the list of goods is in :mod:`dueflow.api.lists`). Goods are ordered through
+``POST /api/orders`` (``goods_id``)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import Field
+
+from dueflow.api import auth
+from dueflow.api import schemas as out
+from dueflow.api.common import Body, Id, answer
+from dueflow.api.schemas import errors
+from dueflow.service import accounts
+from dueflow.service.deps import Deps
+
+
+class NewGoods(Body):
+    """Goods to put on sale; the price is a string of yuan such as ``"12.50"``."""
+
+    title: out.SingleLine = Field(min_length=1, max_length=200)
+    price: str = Field(
+        min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$", examples=["12.50"]
+    )
+
+
+def router(deps: Deps) -> APIRouter:
+    """The ``/api/goods`` routes over ``deps``."""
+    routes = APIRouter(
+        prefix="/api/goods",
+        tags=["goods"],
+        dependencies=[Depends(auth.current_user(deps))],
+        responses=errors(401, 413, 422, 503),
+    )
+
+    @routes.post("", status_code=201, response_model=out.GoodsView, responses=errors(400))
+    async def add_goods(body: NewGoods, request: Request) -> JSONResponse:
+        """Put goods on sale as the caller."""
+        user = auth.caller(request)
+        goods_id = await accounts.add_goods(
+            deps, seller_id=user.id, title=body.title, price=body.price
+        )
+        return answer(await accounts.get_goods(deps, goods_id), 201)
+
+    @routes.get("/{goods_id}", response_model=out.GoodsView, responses=errors(404))
+    async def get_goods(goods_id: Id) -> JSONResponse:
+        """Goods by id."""
+        return answer(await accounts.get_goods(deps, goods_id))
+
+    return routes
