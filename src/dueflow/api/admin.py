@@ -4,6 +4,7 @@ now, the summary and the payment discrepancies (the refund routes are in
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Request
@@ -13,7 +14,7 @@ from pydantic import Field
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, Limit, answer
-from dueflow.api.schemas import errors
+from dueflow.api.schemas import View, errors
 from dueflow.service import accounts, operations
 from dueflow.service.deps import Deps
 
@@ -25,6 +26,76 @@ class NewUser(Body):
     admin: bool = False
 
 
+class UserCreated(View):
+    """The new user; the token is shown only here."""
+
+    id: int
+    name: str
+    admin: bool
+    token: str
+
+
+class DiscrepancyView(View):
+    """A payment that did not match its order, as recorded."""
+
+    id: int
+    kind: str
+    order_id: int
+    payment_id: int
+    detail: str
+    created_at: datetime
+
+
+class LatenessView(View):
+    """Seconds from deadline to firing of one kind's timers done in the last hour."""
+
+    kind: str
+    count: int
+    p50: float
+    p99: float
+    max: float
+
+
+class InvariantsView(View):
+    """The promises checked against the database; each list names its offenders."""
+
+    ok: bool
+    held_by_dead_order: list[int]
+    past_deadline: list[int]
+    reminders_twice: list[int]
+    reviews_twice: list[int]
+    goods_held_twice: list[int]
+    seats_held_by_dead_order: list[int] = Field(description="orders")
+    seats_held_twice: list[int] = Field(description="seat ids")
+    seat_limits_broken: list[int] = Field(description="shows")
+    units_unbalanced: list[int] = Field(description="SKUs")
+    units_held_by_dead_order: list[int] = Field(description="SKUs")
+    units_sold_unpaid: list[int] = Field(description="SKUs")
+    flash_units_unbalanced: list[int] = Field(description="flash sales")
+    flash_units_held_by_dead_order: list[int] = Field(description="flash sales")
+    flash_units_sold_unpaid: list[int] = Field(description="flash sales")
+    flash_limits_broken: list[int] = Field(description="flash sales")
+    coupons_locked_by_dead_order: list[int] = Field(description="coupons")
+    coupons_used_by_unpaid_order: list[int] = Field(description="coupons")
+    coupons_used_twice: list[int] = Field(description="coupons")
+    coupons_not_with_their_order: list[int] = Field(description="orders")
+    cancels_not_notified: list[int] = Field(description="orders")
+
+
+class Summary(View):
+    """The system at one instant, for the dashboard."""
+
+    at: datetime
+    orders: dict[str, int] = Field(description="orders by status")
+    timers: dict[str, int] = Field(description="timers by state")
+    overdue: int
+    stuck: int
+    refunds: dict[str, int] = Field(description="refunds by state")
+    discrepancies: int
+    lateness_last_hour: list[LatenessView]
+    invariants: InvariantsView
+
+
 def router(deps: Deps) -> APIRouter:
     """The ``/api/admin`` routes over ``deps``, for admins only."""
     routes = APIRouter(
@@ -34,9 +105,7 @@ def router(deps: Deps) -> APIRouter:
         responses=errors(401, 403, 413, 503),
     )
 
-    @routes.post(
-        "/users", status_code=201, response_model=out.UserCreated, responses=errors(400, 422)
-    )
+    @routes.post("/users", status_code=201, response_model=UserCreated, responses=errors(400, 422))
     async def add_user(body: NewUser) -> JSONResponse:
         """Create a user; the token is shown only here."""
         user, token = await accounts.add_user(deps, body.name, admin=body.admin)
@@ -69,13 +138,13 @@ def router(deps: Deps) -> APIRouter:
         actor = f"user:{auth.caller(request).id}"
         return answer(await operations.run_timer_now(deps, timer_id, actor=actor))
 
-    @routes.get("/summary", response_model=out.Summary)
+    @routes.get("/summary", response_model=Summary)
     async def summary() -> JSONResponse:
         """Orders by status, timers by state, overdue and stuck timers, refunds by state,
         discrepancies, timer lateness over the last hour by kind, and the invariants."""
         return answer(await operations.summary(deps))
 
-    @routes.get("/discrepancies", response_model=list[out.DiscrepancyView], responses=errors(422))
+    @routes.get("/discrepancies", response_model=list[DiscrepancyView], responses=errors(422))
     async def discrepancies(limit: Limit = 100) -> JSONResponse:
         """Recorded payment discrepancies, newest first."""
         return answer(await operations.discrepancies(deps, limit))

@@ -4,6 +4,8 @@ them (the list of goods is in :mod:`dueflow.api.lists`). Goods are ordered throu
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
@@ -11,7 +13,7 @@ from pydantic import Field
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, answer
-from dueflow.api.schemas import errors
+from dueflow.api.schemas import Money, View, errors
 from dueflow.service import accounts
 from dueflow.service.deps import Deps
 
@@ -25,6 +27,19 @@ class NewGoods(Body):
     )
 
 
+class GoodsView(View):
+    """Goods on sale, held by an order (``reserved_order_id``), sold or off sale."""
+
+    id: int
+    seller_id: int
+    title: str
+    price: Money
+    status: str = Field(description="on_sale | sold | off_sale")
+    reserved_order_id: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
 def router(deps: Deps) -> APIRouter:
     """The ``/api/goods`` routes over ``deps``."""
     routes = APIRouter(
@@ -34,7 +49,7 @@ def router(deps: Deps) -> APIRouter:
         responses=errors(401, 413, 422, 503),
     )
 
-    @routes.post("", status_code=201, response_model=out.GoodsView, responses=errors(400))
+    @routes.post("", status_code=201, response_model=GoodsView, responses=errors(400))
     async def add_goods(body: NewGoods, request: Request) -> JSONResponse:
         """Put goods on sale as the caller."""
         user = auth.caller(request)
@@ -43,7 +58,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer(await accounts.get_goods(deps, goods_id), 201)
 
-    @routes.get("/{goods_id}", response_model=out.GoodsView, responses=errors(404))
+    @routes.get("/{goods_id}", response_model=GoodsView, responses=errors(404))
     async def get_goods(goods_id: Id) -> JSONResponse:
         """Goods by id."""
         return answer(await accounts.get_goods(deps, goods_id))

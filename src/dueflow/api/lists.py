@@ -12,11 +12,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import Field
 
 from dueflow.api import auth
-from dueflow.api import schemas as out
 from dueflow.api.common import MAX_ID, answer
-from dueflow.api.schemas import errors
+from dueflow.api.goods import GoodsView
+from dueflow.api.schemas import OrderListItem, View, errors
 from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.service import lists
@@ -53,6 +54,36 @@ Flow = Annotated[
 ]
 
 
+#: What every list answers besides its items.
+NEXT_DESCRIPTION = (
+    "the cursor of the next page, to pass as ``after`` with the same filters; null on the last"
+)
+
+
+class GoodsPage(View):
+    """A page of goods, newest first."""
+
+    items: list[GoodsView]
+    next: str | None = Field(description=NEXT_DESCRIPTION)
+
+
+class OrderPage(View):
+    """A page of the caller's orders, newest first."""
+
+    items: list[OrderListItem]
+    next: str | None = Field(description=NEXT_DESCRIPTION)
+
+
+class MeView(View):
+    """The caller, and how many orders they have as buyer and as seller."""
+
+    id: int
+    name: str
+    admin: bool
+    orders_as_buyer: int
+    orders_as_seller: int
+
+
 def _page(page: lists.Page) -> JSONResponse:
     return answer({"items": page.items, "next": page.next})
 
@@ -65,7 +96,7 @@ def router(deps: Deps) -> APIRouter:
         responses=errors(401, 413, 503),
     )
 
-    @api.get("/goods", tags=["goods"], response_model=out.GoodsPage, responses=errors(422))
+    @api.get("/goods", tags=["goods"], response_model=GoodsPage, responses=errors(422))
     async def list_goods(
         request: Request,
         seller_id: SellerId = None,
@@ -79,7 +110,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return _page(page)
 
-    @api.get("/orders", tags=["orders"], response_model=out.OrderPage, responses=errors(422))
+    @api.get("/orders", tags=["orders"], response_model=OrderPage, responses=errors(422))
     async def list_orders(
         request: Request,
         role: Literal["buyer", "seller"] = "buyer",
@@ -101,7 +132,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return _page(page)
 
-    @api.get("/me", tags=["users"], response_model=out.MeView)
+    @api.get("/me", tags=["users"], response_model=MeView)
     async def me(request: Request) -> JSONResponse:
         """The caller: id, name, admin flag, and their orders counted as buyer and as seller."""
         return answer(await lists.me(deps, auth.caller(request)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.common import MAX_ID, Body, Id, answer, encode
-from dueflow.api.schemas import errors
+from dueflow.api.schemas import OrderView, View, errors
 from dueflow.exceptions import DomainError, InvalidInput, NotAllowed
 from dueflow.service import orders, parties, payments, replays, shop, tickets
 from dueflow.service.accounts import User
@@ -88,6 +88,20 @@ class NewReview(Body):
 
     rating: int = Field(ge=1, le=5)
     comment: out.MultiLine = Field(default="", max_length=500)
+
+
+class PaymentStarted(View):
+    """The new attempt's pay number and where the buyer pays."""
+
+    pay_no: str
+    pay_url: str
+
+
+class ReviewAnswer(View):
+    """The role the caller reviewed as, and the order afterwards."""
+
+    role: Literal["buyer", "seller"]
+    order: OrderView
 
 
 #: The fields of a timer an order's buyer and seller see (the claim and the last error are
@@ -169,7 +183,7 @@ def router(deps: Deps) -> APIRouter:
         responses=errors(401, 404, 413, 422, 503),
     )
 
-    @routes.post("", status_code=201, response_model=out.OrderView, responses=errors(400, 403, 409))
+    @routes.post("", status_code=201, response_model=OrderView, responses=errors(400, 403, 409))
     async def place_order(
         body: NewOrder,
         request: Request,
@@ -213,7 +227,7 @@ def router(deps: Deps) -> APIRouter:
         text = kept.body if kept.body is not None else encode(for_parties(view))
         return Response(text, status_code=201, media_type="application/json")
 
-    @routes.get("/{order_id}", response_model=out.OrderView)
+    @routes.get("/{order_id}", response_model=OrderView)
     async def get_order(order_id: Id, request: Request) -> JSONResponse:
         """The order with its payments, refunds, reviews, timers and timeline; only its buyer,
         its seller and admins see it (everyone else gets 404)."""
@@ -226,7 +240,7 @@ def router(deps: Deps) -> APIRouter:
     @routes.post(
         "/{order_id}/payments",
         status_code=201,
-        response_model=out.PaymentStarted,
+        response_model=PaymentStarted,
         responses=errors(400, 403, 409, 502),
     )
     async def start_payment(order_id: Id, body: NewPayment, request: Request) -> JSONResponse:
@@ -237,7 +251,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer({"pay_no": pay_no, "pay_url": pay_url}, 201)
 
-    @routes.post("/{order_id}/cancel", response_model=out.OrderView, responses=errors(403, 409))
+    @routes.post("/{order_id}/cancel", response_model=OrderView, responses=errors(403, 409))
     async def cancel(order_id: Id, request: Request) -> JSONResponse:
         """The buyer cancels before paying; the seller cancels before shipping (a refund
         awaits review)."""
@@ -245,7 +259,7 @@ def router(deps: Deps) -> APIRouter:
         await parties.cancel(deps, order_id=order_id, user_id=user.id)
         return answer(for_parties(await orders.order_view(deps, order_id)))
 
-    @routes.post("/{order_id}/ship", response_model=out.OrderView, responses=errors(400, 403, 409))
+    @routes.post("/{order_id}/ship", response_model=OrderView, responses=errors(400, 403, 409))
     async def ship(order_id: Id, body: Shipment, request: Request) -> JSONResponse:
         """The seller ships."""
         user = auth.caller(request)
@@ -259,7 +273,7 @@ def router(deps: Deps) -> APIRouter:
         return answer(for_parties(await orders.order_view(deps, order_id)))
 
     @routes.post(
-        "/{order_id}/confirm-receipt", response_model=out.OrderView, responses=errors(403, 409)
+        "/{order_id}/confirm-receipt", response_model=OrderView, responses=errors(403, 409)
     )
     async def confirm_receipt(order_id: Id, request: Request) -> JSONResponse:
         """The buyer confirms receipt."""
@@ -270,7 +284,7 @@ def router(deps: Deps) -> APIRouter:
     @routes.post(
         "/{order_id}/reviews",
         status_code=201,
-        response_model=out.ReviewAnswer,
+        response_model=ReviewAnswer,
         responses=errors(400, 403, 409),
     )
     async def review(order_id: Id, body: NewReview, request: Request) -> JSONResponse:

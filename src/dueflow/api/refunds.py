@@ -13,7 +13,7 @@ from pydantic import Field
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, Limit, answer
-from dueflow.api.schemas import errors
+from dueflow.api.schemas import Money, RefundView, View, errors
 from dueflow.service import refunds
 from dueflow.service.deps import Deps
 
@@ -34,6 +34,22 @@ class OfflineSettlement(Body):
     )
 
 
+class RefundListItem(RefundView):
+    """A refund with its attempt's pay number and total."""
+
+    pay_no: str
+    total: Money
+
+
+class RefundState(View):
+    """A refund's state after an operator's action."""
+
+    id: int
+    state: str = Field(
+        description="pending_review | processing | succeeded | failed | rejected | settled_offline"
+    )
+
+
 def router(deps: Deps) -> APIRouter:
     """The refund routes over ``deps``, for admins only."""
     api = APIRouter(
@@ -49,7 +65,7 @@ def router(deps: Deps) -> APIRouter:
     def answered(refund_id: int, now: str) -> JSONResponse:
         return answer({"id": refund_id, "state": now})
 
-    @api.get("", response_model=list[out.RefundListItem], responses=errors(422))
+    @api.get("", response_model=list[RefundListItem], responses=errors(422))
     async def list_refunds(
         state: Annotated[str | None, Query(max_length=32)] = None,
         limit: Limit = 100,
@@ -60,23 +76,23 @@ def router(deps: Deps) -> APIRouter:
     moved = errors(404, 409, 422)
     noted = errors(400, 404, 409, 422)  # with a body: 400 when it is not JSON
 
-    @api.post("/{refund_id}/approve", response_model=out.RefundState, responses=moved)
+    @api.post("/{refund_id}/approve", response_model=RefundState, responses=moved)
     async def approve(refund_id: Id, request: Request) -> JSONResponse:
         """Submit a refund in review to its provider."""
         return answered(refund_id, await refunds.approve(deps, refund_id, actor=actor(request)))
 
-    @api.post("/{refund_id}/retry", response_model=out.RefundState, responses=moved)
+    @api.post("/{refund_id}/retry", response_model=RefundState, responses=moved)
     async def retry(refund_id: Id, request: Request) -> JSONResponse:
         """Submit a failed refund again, with the same refund number."""
         return answered(refund_id, await refunds.retry(deps, refund_id, actor=actor(request)))
 
-    @api.post("/{refund_id}/reject", response_model=out.RefundState, responses=noted)
+    @api.post("/{refund_id}/reject", response_model=RefundState, responses=noted)
     async def reject(refund_id: Id, body: Rejection, request: Request) -> JSONResponse:
         """Reject a refund in review or failed, with a reason: no money goes back (final)."""
         done = await refunds.reject(deps, refund_id, reason=body.reason, actor=actor(request))
         return answered(refund_id, done)
 
-    @api.post("/{refund_id}/settle-offline", response_model=out.RefundState, responses=noted)
+    @api.post("/{refund_id}/settle-offline", response_model=RefundState, responses=noted)
     async def settle_offline(
         refund_id: Id, body: OfflineSettlement, request: Request
     ) -> JSONResponse:

@@ -1,4 +1,7 @@
-"""What the JSON API answers, as pydantic models for the OpenAPI schema.
+"""What the JSON API's resources share in the OpenAPI schema: the text, money and time types,
+:class:`View` (every answer's base), the error answer (:class:`ErrorBody`, :func:`errors`), and
+the order's view with its parts, which the orders, lists, refunds and admin routes all answer.
+Each resource's own answers are beside its routes (``api/goods.py``, ``api/shows.py``, ...).
 
 The routes still build their JSON themselves (:func:`dueflow.api.common.answer`): these models
 document the wire format, they do not produce it. Money is exact decimal text with two places
@@ -15,7 +18,7 @@ field of a request body: ISO 8601 with its offset, within what every database st
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
@@ -75,19 +78,6 @@ class ErrorBody(View):
     error: ErrorDetail
 
 
-class GoodsView(View):
-    """Goods on sale, held by an order (``reserved_order_id``), sold or off sale."""
-
-    id: int
-    seller_id: int
-    title: str
-    price: Money
-    status: str = Field(description="on_sale | sold | off_sale")
-    reserved_order_id: int | None
-    created_at: datetime
-    updated_at: datetime
-
-
 class PaymentView(View):
     """One payment attempt of an order."""
 
@@ -127,13 +117,6 @@ class RefundView(View):
     last_error: str | None
     created_at: datetime
     updated_at: datetime
-
-
-class RefundListItem(RefundView):
-    """A refund with its attempt's pay number and total."""
-
-    pay_no: str
-    total: Money
 
 
 class ReviewView(View):
@@ -274,156 +257,6 @@ class OrderView(OrderListItem):
     timeline: list[EventView]
 
 
-class SeatCounts(View):
-    """How many seats of a show are in each state."""
-
-    free: int
-    held: int
-    sold: int
-
-
-class ShowView(View):
-    """A show: its organizer, times, per-buyer seat limit and seat counts."""
-
-    id: int
-    organizer_id: int
-    title: str
-    venue: str
-    starts_at: datetime
-    sales_close_at: datetime
-    seat_limit: int = Field(description="seats one buyer may hold or buy")
-    status: str = Field(description="on_sale | cancelled")
-    sales: str = Field(
-        description="open | closed (past sales_close_at) | started | cancelled (by the organizer)"
-    )
-    cancelled_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    seats: SeatCounts
-
-
-class SeatView(View):
-    """One seat of a show and its state."""
-
-    label: str
-    section: str
-    row: str | None
-    number: int
-    tier: str
-    price: Money
-    state: str = Field(
-        description="free | held | sold | not_for_sale (no order holds it, and sales are not open)"
-    )
-
-
-class SeatMap(View):
-    """Where the show's sales stand, and every seat of it in seat order."""
-
-    show_id: int
-    sales: str = Field(description="as the show's")
-    seats: list[SeatView]
-
-
-class ShowCancelled(View):
-    """The cancelled show, and how many live orders the worker is cancelling."""
-
-    show: ShowView
-    orders_to_cancel: int
-
-
-class PaymentStarted(View):
-    """The new attempt's pay number and where the buyer pays."""
-
-    pay_no: str
-    pay_url: str
-
-
-class ReviewAnswer(View):
-    """The role the caller reviewed as, and the order afterwards."""
-
-    role: Literal["buyer", "seller"]
-    order: OrderView
-
-
-class UserCreated(View):
-    """The new user; the token is shown only here."""
-
-    id: int
-    name: str
-    admin: bool
-    token: str
-
-
-class DiscrepancyView(View):
-    """A payment that did not match its order, as recorded."""
-
-    id: int
-    kind: str
-    order_id: int
-    payment_id: int
-    detail: str
-    created_at: datetime
-
-
-class RefundState(View):
-    """A refund's state after an operator's action."""
-
-    id: int
-    state: str = Field(
-        description="pending_review | processing | succeeded | failed | rejected | settled_offline"
-    )
-
-
-class LatenessView(View):
-    """Seconds from deadline to firing of one kind's timers done in the last hour."""
-
-    kind: str
-    count: int
-    p50: float
-    p99: float
-    max: float
-
-
-class InvariantsView(View):
-    """The promises checked against the database; each list names its offenders."""
-
-    ok: bool
-    held_by_dead_order: list[int]
-    past_deadline: list[int]
-    reminders_twice: list[int]
-    reviews_twice: list[int]
-    goods_held_twice: list[int]
-    seats_held_by_dead_order: list[int] = Field(description="orders")
-    seats_held_twice: list[int] = Field(description="seat ids")
-    seat_limits_broken: list[int] = Field(description="shows")
-    units_unbalanced: list[int] = Field(description="SKUs")
-    units_held_by_dead_order: list[int] = Field(description="SKUs")
-    units_sold_unpaid: list[int] = Field(description="SKUs")
-    flash_units_unbalanced: list[int] = Field(description="flash sales")
-    flash_units_held_by_dead_order: list[int] = Field(description="flash sales")
-    flash_units_sold_unpaid: list[int] = Field(description="flash sales")
-    flash_limits_broken: list[int] = Field(description="flash sales")
-    coupons_locked_by_dead_order: list[int] = Field(description="coupons")
-    coupons_used_by_unpaid_order: list[int] = Field(description="coupons")
-    coupons_used_twice: list[int] = Field(description="coupons")
-    coupons_not_with_their_order: list[int] = Field(description="orders")
-    cancels_not_notified: list[int] = Field(description="orders")
-
-
-class Summary(View):
-    """The system at one instant, for the dashboard."""
-
-    at: datetime
-    orders: dict[str, int] = Field(description="orders by status")
-    timers: dict[str, int] = Field(description="timers by state")
-    overdue: int
-    stuck: int
-    refunds: dict[str, int] = Field(description="refunds by state")
-    discrepancies: int
-    lateness_last_hour: list[LatenessView]
-    invariants: InvariantsView
-
-
 #: The statuses errors are answered with, and what each means.
 ERROR_MEANING = {
     400: "The body is not JSON, or the request was refused",
@@ -443,109 +276,3 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {
         status: {"model": ErrorBody, "description": ERROR_MEANING[status]} for status in statuses
     }
-
-
-# --- lists -----------------------------------------------------------------------------------
-
-#: What every list answers besides its items.
-NEXT_DESCRIPTION = (
-    "the cursor of the next page, to pass as ``after`` with the same filters; null on the last"
-)
-
-
-class GoodsPage(View):
-    """A page of goods, newest first."""
-
-    items: list[GoodsView]
-    next: str | None = Field(description=NEXT_DESCRIPTION)
-
-
-class OrderPage(View):
-    """A page of the caller's orders, newest first."""
-
-    items: list[OrderListItem]
-    next: str | None = Field(description=NEXT_DESCRIPTION)
-
-
-class MeView(View):
-    """The caller, and how many orders they have as buyer and as seller."""
-
-    id: int
-    name: str
-    admin: bool
-    orders_as_buyer: int
-    orders_as_seller: int
-
-
-class Units(View):
-    """Units of a SKU or flash sale where they are: stock + held + sold = stocked."""
-
-    stock: int = Field(description="units on sale")
-    held: int = Field(description="held by unpaid orders")
-    sold: int = Field(description="sold with paid orders")
-    stocked: int = Field(description="every unit ever put in")
-
-
-class SkuView(Units):
-    """A SKU of a shop."""
-
-    id: int
-    seller_id: int
-    title: str
-    price: Money
-    created_at: datetime
-    updated_at: datetime
-
-
-class FlashSaleView(Units):
-    """A flash sale of a SKU: its own price and units, its window and per-buyer limit."""
-
-    id: int
-    sku_id: int
-    seller_id: int
-    price: Money
-    starts_at: datetime
-    ends_at: datetime
-    per_buyer_limit: int
-    created_at: datetime
-    updated_at: datetime
-
-
-class CouponTemplateView(View):
-    """What a seller's coupons are worth, and how many were issued."""
-
-    id: int
-    seller_id: int
-    title: str
-    amount_off: Money
-    min_amount: Money
-    valid_from: datetime
-    valid_until: datetime
-    total: int
-    issued: int
-    created_at: datetime
-
-
-class CouponView(View):
-    """A coupon issued to a user, with its template's terms."""
-
-    id: int
-    template_id: int
-    user_id: int
-    seller_id: int
-    title: str
-    amount_off: Money
-    min_amount: Money
-    valid_from: datetime
-    valid_until: datetime
-    state: str = Field(description="available | locked | used | expired")
-    order_id: int | None = Field(description="the order it is locked to or was used by")
-    issued_at: datetime
-    used_at: datetime | None
-    updated_at: datetime
-
-
-class CouponList(View):
-    """The caller's coupons, newest first."""
-
-    coupons: list[CouponView]

@@ -5,6 +5,8 @@ and ``quantity``)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
@@ -12,12 +14,12 @@ from pydantic import Field
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.common import MAX_ID, Body, Id, answer
-from dueflow.api.schemas import errors
+from dueflow.api.schemas import Money, View, errors
 from dueflow.service import shop
 from dueflow.service.deps import Deps
 
 Price = Field(min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$", examples=["12.50"])
-Units = Field(ge=0, le=shop.MAX_UNITS)
+Stock = Field(ge=0, le=shop.MAX_UNITS)
 
 
 class NewSku(Body):
@@ -25,7 +27,7 @@ class NewSku(Body):
 
     title: out.SingleLine = Field(min_length=1, max_length=200)
     price: str = Price
-    stock: int = Units
+    stock: int = Stock
 
 
 class Restock(Body):
@@ -66,6 +68,80 @@ class NewFlashSale(Body):
     per_buyer_limit: int = Field(default=1, ge=1, le=shop.MAX_QUANTITY)
 
 
+class Units(View):
+    """Units of a SKU or flash sale where they are: stock + held + sold = stocked."""
+
+    stock: int = Field(description="units on sale")
+    held: int = Field(description="held by unpaid orders")
+    sold: int = Field(description="sold with paid orders")
+    stocked: int = Field(description="every unit ever put in")
+
+
+class SkuView(Units):
+    """A SKU of a shop."""
+
+    id: int
+    seller_id: int
+    title: str
+    price: Money
+    created_at: datetime
+    updated_at: datetime
+
+
+class FlashSaleView(Units):
+    """A flash sale of a SKU: its own price and units, its window and per-buyer limit."""
+
+    id: int
+    sku_id: int
+    seller_id: int
+    price: Money
+    starts_at: datetime
+    ends_at: datetime
+    per_buyer_limit: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class CouponTemplateView(View):
+    """What a seller's coupons are worth, and how many were issued."""
+
+    id: int
+    seller_id: int
+    title: str
+    amount_off: Money
+    min_amount: Money
+    valid_from: datetime
+    valid_until: datetime
+    total: int
+    issued: int
+    created_at: datetime
+
+
+class CouponView(View):
+    """A coupon issued to a user, with its template's terms."""
+
+    id: int
+    template_id: int
+    user_id: int
+    seller_id: int
+    title: str
+    amount_off: Money
+    min_amount: Money
+    valid_from: datetime
+    valid_until: datetime
+    state: str = Field(description="available | locked | used | expired")
+    order_id: int | None = Field(description="the order it is locked to or was used by")
+    issued_at: datetime
+    used_at: datetime | None
+    updated_at: datetime
+
+
+class CouponList(View):
+    """The caller's coupons, newest first."""
+
+    coupons: list[CouponView]
+
+
 def router(deps: Deps) -> APIRouter:
     """The shop routes over ``deps``."""
     api = APIRouter(
@@ -75,7 +151,7 @@ def router(deps: Deps) -> APIRouter:
         responses=errors(401, 404, 413, 422, 503),
     )
 
-    @api.post("/skus", status_code=201, response_model=out.SkuView, responses=errors(400))
+    @api.post("/skus", status_code=201, response_model=SkuView, responses=errors(400))
     async def add_sku(body: NewSku, request: Request) -> JSONResponse:
         """Put a SKU on sale, the caller its seller."""
         user = auth.caller(request)
@@ -84,12 +160,12 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer(view, 201)
 
-    @api.get("/skus/{sku_id}", response_model=out.SkuView)
+    @api.get("/skus/{sku_id}", response_model=SkuView)
     async def get_sku(sku_id: Id) -> JSONResponse:
         """A SKU with its units on sale, held and sold."""
         return answer(await shop.sku_view(deps, sku_id))
 
-    @api.post("/skus/{sku_id}/restock", response_model=out.SkuView, responses=errors(400, 403))
+    @api.post("/skus/{sku_id}/restock", response_model=SkuView, responses=errors(400, 403))
     async def restock(sku_id: Id, body: Restock, request: Request) -> JSONResponse:
         """The seller puts more units on sale."""
         user = auth.caller(request)
@@ -99,7 +175,7 @@ def router(deps: Deps) -> APIRouter:
     @api.post(
         "/coupon-templates",
         status_code=201,
-        response_model=out.CouponTemplateView,
+        response_model=CouponTemplateView,
         responses=errors(400),
     )
     async def add_template(body: NewTemplate, request: Request) -> JSONResponse:
@@ -117,7 +193,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer(view, 201)
 
-    @api.get("/coupon-templates/{template_id}", response_model=out.CouponTemplateView)
+    @api.get("/coupon-templates/{template_id}", response_model=CouponTemplateView)
     async def get_template(template_id: Id) -> JSONResponse:
         """A coupon template with how many were issued."""
         return answer(await shop.template_view(deps, template_id))
@@ -125,7 +201,7 @@ def router(deps: Deps) -> APIRouter:
     @api.post(
         "/coupon-templates/{template_id}/issue",
         status_code=201,
-        response_model=out.CouponView,
+        response_model=CouponView,
         responses=errors(400, 403, 409),
     )
     async def issue(template_id: Id, body: Issue, request: Request) -> JSONResponse:
@@ -141,7 +217,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer(view, 201)
 
-    @api.get("/me/coupons", response_model=out.CouponList)
+    @api.get("/me/coupons", response_model=CouponList)
     async def my_coupons(request: Request) -> JSONResponse:
         """The caller's coupons, newest first."""
         user = auth.caller(request)
@@ -150,7 +226,7 @@ def router(deps: Deps) -> APIRouter:
     @api.post(
         "/flash-sales",
         status_code=201,
-        response_model=out.FlashSaleView,
+        response_model=FlashSaleView,
         responses=errors(400, 403),
     )
     async def add_flash_sale(body: NewFlashSale, request: Request) -> JSONResponse:
@@ -168,7 +244,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer(view, 201)
 
-    @api.get("/flash-sales/{sale_id}", response_model=out.FlashSaleView)
+    @api.get("/flash-sales/{sale_id}", response_model=FlashSaleView)
     async def get_flash_sale(sale_id: Id) -> JSONResponse:
         """A flash sale with its units on sale, held and sold."""
         return answer(await shop.flash_sale_view(deps, sale_id))

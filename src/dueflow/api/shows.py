@@ -4,6 +4,7 @@ may cancel it; anyone signed in reads a show and its seat map. Seats are ordered
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from pydantic import Field, model_validator
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, answer
-from dueflow.api.schemas import errors
+from dueflow.api.schemas import Money, View, errors
 from dueflow.domain import seating
 from dueflow.domain.money import parse_yuan
 from dueflow.exceptions import InvalidInput
@@ -73,6 +74,63 @@ class NewShow(Body):
         return self
 
 
+class SeatCounts(View):
+    """How many seats of a show are in each state."""
+
+    free: int
+    held: int
+    sold: int
+
+
+class ShowView(View):
+    """A show: its organizer, times, per-buyer seat limit and seat counts."""
+
+    id: int
+    organizer_id: int
+    title: str
+    venue: str
+    starts_at: datetime
+    sales_close_at: datetime
+    seat_limit: int = Field(description="seats one buyer may hold or buy")
+    status: str = Field(description="on_sale | cancelled")
+    sales: str = Field(
+        description="open | closed (past sales_close_at) | started | cancelled (by the organizer)"
+    )
+    cancelled_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    seats: SeatCounts
+
+
+class SeatView(View):
+    """One seat of a show and its state."""
+
+    label: str
+    section: str
+    row: str | None
+    number: int
+    tier: str
+    price: Money
+    state: str = Field(
+        description="free | held | sold | not_for_sale (no order holds it, and sales are not open)"
+    )
+
+
+class SeatMap(View):
+    """Where the show's sales stand, and every seat of it in seat order."""
+
+    show_id: int
+    sales: str = Field(description="as the show's")
+    seats: list[SeatView]
+
+
+class ShowCancelled(View):
+    """The cancelled show, and how many live orders the worker is cancelling."""
+
+    show: ShowView
+    orders_to_cancel: int
+
+
 def _price(value: str, what: str) -> Decimal:
     try:
         return parse_yuan(value)
@@ -116,7 +174,7 @@ def router(deps: Deps) -> APIRouter:
         responses=errors(401, 404, 413, 422, 503),
     )
 
-    @api.post("", status_code=201, response_model=out.ShowView, responses=errors(400))
+    @api.post("", status_code=201, response_model=ShowView, responses=errors(400))
     async def add_show(body: NewShow, request: Request) -> JSONResponse:
         """Put a show on sale with its seats, the caller its organizer."""
         user = auth.caller(request)
@@ -133,18 +191,18 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer(await tickets.show_view(deps, show_id), 201)
 
-    @api.get("/{show_id}", response_model=out.ShowView)
+    @api.get("/{show_id}", response_model=ShowView)
     async def get_show(show_id: Id) -> JSONResponse:
         """The show, and how many of its seats are free, held and sold."""
         return answer(await tickets.show_view(deps, show_id))
 
-    @api.get("/{show_id}/seats", response_model=out.SeatMap)
+    @api.get("/{show_id}/seats", response_model=SeatMap)
     async def get_seats(show_id: Id) -> JSONResponse:
         """Where the show's sales stand and every seat's state: free, held (by an unpaid
         order), sold, or not_for_sale (no order holds it and the show sells no more)."""
         return answer(await tickets.buyers_seat_map(deps, show_id))
 
-    @api.post("/{show_id}/cancel", response_model=out.ShowCancelled, responses=errors(403, 409))
+    @api.post("/{show_id}/cancel", response_model=ShowCancelled, responses=errors(403, 409))
     async def cancel_show(show_id: Id, request: Request) -> JSONResponse:
         """The organizer cancels the show: no more orders; every live order is cancelled by
         the worker shortly after (paid ones with a refund awaiting review)."""
