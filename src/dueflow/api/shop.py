@@ -5,7 +5,9 @@ and ``quantity``)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -151,14 +153,17 @@ def router(deps: Deps) -> APIRouter:
         responses=errors(401, 404, 413, 422, 503),
     )
 
+    async def created(
+        create: Callable[..., Awaitable[dict[str, Any]]], body: Body, request: Request
+    ) -> JSONResponse:
+        """What ``create`` makes of the body's fields, the caller its seller: its view, 201."""
+        user = auth.caller(request)
+        return answer(await create(deps, seller_id=user.id, **body.model_dump()), 201)
+
     @api.post("/skus", status_code=201, response_model=SkuView, responses=errors(400))
     async def add_sku(body: NewSku, request: Request) -> JSONResponse:
         """Put a SKU on sale, the caller its seller."""
-        user = auth.caller(request)
-        view = await shop.create_sku(
-            deps, seller_id=user.id, title=body.title, price=body.price, stock=body.stock
-        )
-        return answer(view, 201)
+        return await created(shop.create_sku, body, request)
 
     @api.get("/skus/{sku_id}", response_model=SkuView)
     async def get_sku(sku_id: Id) -> JSONResponse:
@@ -180,18 +185,7 @@ def router(deps: Deps) -> APIRouter:
     )
     async def add_template(body: NewTemplate, request: Request) -> JSONResponse:
         """A coupon template for orders of the caller's SKUs."""
-        user = auth.caller(request)
-        view = await shop.create_template(
-            deps,
-            seller_id=user.id,
-            title=body.title,
-            amount_off=body.amount_off,
-            min_amount=body.min_amount,
-            valid_from=body.valid_from,
-            valid_until=body.valid_until,
-            total=body.total,
-        )
-        return answer(view, 201)
+        return await created(shop.create_template, body, request)
 
     @api.get("/coupon-templates/{template_id}", response_model=CouponTemplateView)
     async def get_template(template_id: Id) -> JSONResponse:
@@ -231,18 +225,7 @@ def router(deps: Deps) -> APIRouter:
     )
     async def add_flash_sale(body: NewFlashSale, request: Request) -> JSONResponse:
         """A flash sale of one of the caller's SKUs."""
-        user = auth.caller(request)
-        view = await shop.create_flash_sale(
-            deps,
-            seller_id=user.id,
-            sku_id=body.sku_id,
-            price=body.price,
-            stock=body.stock,
-            starts_at=body.starts_at,
-            ends_at=body.ends_at,
-            per_buyer_limit=body.per_buyer_limit,
-        )
-        return answer(view, 201)
+        return await created(shop.create_flash_sale, body, request)
 
     @api.get("/flash-sales/{sale_id}", response_model=FlashSaleView)
     async def get_flash_sale(sale_id: Id) -> JSONResponse:
