@@ -15,8 +15,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dueflow.api import (
     admin,
     admin_pages,
-    admin_shop,
-    admin_shows,
     errors,
     events,
     goods,
@@ -59,7 +57,6 @@ def create_app(
             secret=session_secret.encode() if session_secret else None,
             ttl=session_ttl,
             secure=secure_cookies,
-            sections=[admin_shows.add_routes, admin_shop.add_routes],
         )
     )
 

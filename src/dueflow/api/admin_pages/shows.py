@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from dueflow.api import admin_pages
+from dueflow.api.admin_pages.site import Pages, id_of, login_redirect
 from dueflow.exceptions import NotFound
 from dueflow.service import report, tickets
 
@@ -59,7 +59,7 @@ def seat_grid(seat_map: Sequence[Mapping[str, Any]]) -> list[Section]:
     ]
 
 
-def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
+def add_routes(routes: APIRouter, pages: Pages) -> None:
     """``GET /admin/shows`` and ``GET /admin/shows/{id}`` on the admin router."""
     deps = pages.deps
 
@@ -67,7 +67,7 @@ def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
     async def show_list(request: Request) -> Response:
         user = await pages.user(request)
         if user is None:
-            return admin_pages._login_redirect(request)
+            return login_redirect(request)
         found = await report.shows_overview(deps, SHOWS_LISTED)
         return pages.page(
             request, "shows.html", user=user, shows=found, limit=SHOWS_LISTED, refresh=5
@@ -77,8 +77,8 @@ def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
     async def show_page(request: Request, show_id: str) -> Response:
         user = await pages.user(request)
         if user is None:
-            return admin_pages._login_redirect(request)
-        found = admin_pages._id(show_id)
+            return login_redirect(request)
+        found = id_of(show_id)
         try:
             if found is None:
                 raise NotFound(f"no show {show_id}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from dueflow.api import admin_pages
+from dueflow.api.admin_pages.site import HEADERS, Pages, id_of, login_redirect
 from dueflow.exceptions import NotFound
 from dueflow.service import accounts, shop, shop_overview
 from dueflow.service.accounts import User
@@ -22,7 +22,7 @@ LISTED = 200
 ORDERS_LISTED = 500
 
 
-def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
+def add_routes(routes: APIRouter, pages: Pages) -> None:
     """The SKU, flash sale and coupon pages on the admin router."""
     deps = pages.deps
 
@@ -30,7 +30,7 @@ def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
     async def sku_list(request: Request) -> Response:
         user = await pages.user(request)
         if user is None:
-            return admin_pages._login_redirect(request)
+            return login_redirect(request)
         found = await shop_overview.skus_overview(deps, LISTED)
         return pages.page(request, "skus.html", user=user, skus=found, limit=LISTED, refresh=5)
 
@@ -38,8 +38,8 @@ def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
     async def sku_page(request: Request, sku_id: str) -> Response:
         user = await pages.user(request)
         if user is None:
-            return admin_pages._login_redirect(request)
-        found = admin_pages._id(sku_id)
+            return login_redirect(request)
+        found = id_of(sku_id)
         try:
             if found is None:
                 raise NotFound(f"no sku {sku_id}")
@@ -52,7 +52,7 @@ def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
     async def flash_sale_list(request: Request) -> Response:
         user = await pages.user(request)
         if user is None:
-            return admin_pages._login_redirect(request)
+            return login_redirect(request)
         found = await shop_overview.flash_sales_overview(deps, LISTED)
         return pages.page(
             request, "flash_sales.html", user=user, sales=found, limit=LISTED, refresh=5
@@ -62,7 +62,7 @@ def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
     async def find_coupons(request: Request, user: str = "") -> Response:
         admin = await pages.user(request)
         if admin is None:
-            return admin_pages._login_redirect(request)
+            return login_redirect(request)
         wanted = user.strip()
         if not wanted:
             return pages.page(request, "coupons.html", user=admin, owner=None, coupons=[])
@@ -71,7 +71,7 @@ def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
         except NotFound as exc:
             return pages.problem(request, admin, 404, "Not found", exc.message)
         return RedirectResponse(
-            f"/admin/users/{owner.id}/coupons", status_code=303, headers=admin_pages.HEADERS
+            f"/admin/users/{owner.id}/coupons", status_code=303, headers=HEADERS
         )
 
     async def _owner(wanted: str) -> User:
@@ -79,7 +79,7 @@ def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
         try:
             return await accounts.get_user(deps, wanted)
         except NotFound:
-            by_id = admin_pages._id(wanted.lstrip("#"))
+            by_id = id_of(wanted.lstrip("#"))
             if by_id is None:
                 raise
             return await accounts.get_user(deps, by_id)
@@ -88,8 +88,8 @@ def add_routes(routes: APIRouter, pages: admin_pages.Pages) -> None:
     async def user_coupons(request: Request, user_id: str) -> Response:
         admin = await pages.user(request)
         if admin is None:
-            return admin_pages._login_redirect(request)
-        found = admin_pages._id(user_id)
+            return login_redirect(request)
+        found = id_of(user_id)
         try:
             if found is None:
                 raise NotFound(f"no user {user_id}")

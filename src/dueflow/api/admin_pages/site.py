@@ -1,0 +1,195 @@
+"""What every admin page shares: :class:`Pages` (the session's admin, rendering a template with
+the CSRF token and the flash message, the error page, the redirect back, an action's checked
+POST) and the small helpers of the areas' routes (ids from a path or a form, the login
+redirect, the refusal of a stale form)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from dueflow.api import errors
+from dueflow.domain import text
+from dueflow.exceptions import DomainError, DueflowError, NotFound
+from dueflow.service import sessions
+from dueflow.service.accounts import User
+from dueflow.service.deps import Deps
+
+#: api/: the templates and static files of every page.
+HERE = Path(__file__).parents[1]
+COOKIE = "dueflow_admin"
+FLASH = "dueflow_flash"
+MAX_ID = 2**63 - 1
+ID = re.compile(r"[0-9]{1,19}")
+#: Served with every page: no framing, no foreign scripts, styles or form targets.
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+class Pages:
+    """The pages over ``deps``, signing sessions with ``secret``."""
+
+    def __init__(self, deps: Deps, *, secret: bytes, ttl: timedelta, secure: bool) -> None:
+        self.deps = deps
+        self.secret = secret
+        self.ttl = ttl
+        self.secure = secure
+        self.templates = Jinja2Templates(directory=HERE / "templates")
+        self.templates.env.filters["when"] = _when
+
+    async def user(self, request: Request) -> User | None:
+        """The admin whose session cookie came with the request."""
+        cookie = request.cookies.get(COOKIE)
+        if not cookie:
+            return None
+        return await sessions.session_user(self.deps, cookie, secret=self.secret)
+
+    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        """Render a template with the session's CSRF token and the pending flash message."""
+        cookie = request.cookies.get(COOKIE, "")
+        context.setdefault("user", None)
+        response = self.templates.TemplateResponse(
+            request,
+            name,
+            {
+                **context,
+                "csrf": sessions.csrf_token(cookie, secret=self.secret) if cookie else "",
+                "flash": unquote(request.cookies.get(FLASH, "")),
+                "path": request.url.path,
+                "now": self.deps.clock.now(),
+            },
+            status_code=status,
+            headers=HEADERS,
+        )
+        if FLASH in request.cookies:
+            response.delete_cookie(FLASH, path="/admin")
+        return response
+
+    def problem(
+        self, request: Request, user: User | None, status: int, title: str, message: str
+    ) -> HTMLResponse:
+        """The error page."""
+        return self.page(
+            request, "error.html", status=status, user=user, title=title, message=message
+        )
+
+    def back(self, to: str, flash: str) -> RedirectResponse:
+        """Redirect (303) to an admin page, carrying a one-shot message."""
+        response = RedirectResponse(local(to), status_code=303, headers=HEADERS)
+        response.set_cookie(
+            FLASH,
+            quote(flash[:300]),  # a cookie carries latin-1 at most
+            path="/admin",
+            httponly=True,
+            samesite="strict",
+            secure=self.secure,
+        )
+        return response
+
+    async def form(self, request: Request) -> dict[str, str]:
+        """The urlencoded form of a POST (the first value of each field)."""
+        try:
+            fields = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=20)
+        except ValueError:  # more fields than any of our forms has: treated as an empty form
+            return {}
+        return {key: values[0] for key, values in fields.items()}
+
+    async def checked(self, request: Request) -> tuple[User | None, dict[str, str]]:
+        """The admin of a POST whose session and CSRF token are both good, and its form."""
+        form = await self.form(request)
+        cookie = request.cookies.get(COOKIE, "")
+        user = await self.user(request)
+        if user is None or not sessions.csrf_ok(cookie, form.get("csrf", ""), secret=self.secret):
+            return None, form
+        return user, form
+
+    async def act(self, request: Request, action: Callable[[str], Awaitable[str]]) -> Response:
+        """Run ``action(actor)`` for a checked POST; its answer (or the refusal) is the flash."""
+        return await self.act_on_form(request, lambda actor, _: action(actor))
+
+    async def act_on_form(
+        self, request: Request, action: Callable[[str, dict[str, str]], Awaitable[str]]
+    ) -> Response:
+        """:meth:`act` for an action that reads the form's fields: ``action(actor, form)``."""
+        user, form = await self.checked(request)
+        if user is None:
+            return forbidden(self, request)
+        refused = refused_field(form)
+        if refused is not None:
+            return self.problem(request, user, 422, "Bad input", refused)
+        back = form.get("back", "/admin")
+        try:
+            done = await action(f"user:{user.id}", form)
+        except DomainError as exc:
+            return self.back(back, f"Refused: {exc.message}")
+        except DueflowError as exc:  # busy, a provider or the database unreachable
+            return self.back(back, f"Not done, try again: {errors.public_message(exc)}")
+        return self.back(back, done)
+
+
+def local(to: str) -> str:
+    """Only admin pages are redirect targets (no open redirect through ``back``)."""
+    return to if to.startswith("/admin") and "//" not in to and "\\" not in to else "/admin"
+
+
+def _when(value: Any) -> str:
+    """A datetime as ``2026-03-01 12:00:05`` (UTC), anything else as text, None as a dash."""
+    if value is None:
+        return "–"
+    if hasattr(value, "strftime"):
+        return str(value.strftime("%Y-%m-%d %H:%M:%S"))
+    return str(value)
+
+
+def id_of(value: str | None) -> int | None:
+    if value is None or ID.fullmatch(value) is None or not 1 <= int(value) <= MAX_ID:
+        return None
+    return int(value)
+
+
+def refused_field(form: dict[str, str]) -> str | None:
+    """The first form field holding a character no admin form takes (a control character, a
+    lone surrogate, a noncharacter), with what it holds; None when every field is text."""
+    for name, value in form.items():
+        problem = text.refused_character(value)
+        if problem is not None:
+            return f"{name} {problem}"
+    return None
+
+
+def login_redirect(request: Request) -> RedirectResponse:
+    target = quote(local(request.url.path + (f"?{request.url.query}" if request.url.query else "")))
+    return RedirectResponse(f"/admin/login?next={target}", status_code=303, headers=HEADERS)
+
+
+def forbidden(pages: Pages, request: Request) -> HTMLResponse:
+    return pages.problem(
+        request,
+        None,
+        403,
+        "Not allowed",
+        "Your session has ended or the form is stale (cross-site request refused). "
+        "Log in and try again.",
+    )
+
+
+def checked_id(value: int) -> int:
+    if not 1 <= value <= MAX_ID:
+        raise NotFound(f"no such id {value}")
+    return value
