@@ -7,13 +7,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
 from dueflow.api import schemas as out
-from dueflow.api.common import Body, Id, Limit, answer
+from dueflow.api.common import Body, Id, Limit, answer, resource
 from dueflow.api.schemas import View, errors
 from dueflow.service import accounts, operations
 from dueflow.service.deps import Deps
@@ -98,12 +98,7 @@ class Summary(View):
 
 def router(deps: Deps) -> APIRouter:
     """The ``/api/admin`` routes over ``deps``, for admins only."""
-    routes = APIRouter(
-        prefix="/api/admin",
-        tags=["admin"],
-        dependencies=[Depends(auth.current_admin(deps))],
-        responses=errors(401, 403, 413, 503),
-    )
+    routes = resource("/api/admin", auth.current_admin(deps), [401, 403, 413, 503], tag="admin")
 
     @routes.post("/users", status_code=201, response_model=UserCreated, responses=errors(400, 422))
     async def add_user(body: NewUser) -> JSONResponse:

@@ -1,6 +1,6 @@
 """What every JSON route shares: request bodies that refuse what they do not name
 (:class:`Body`), ids and limits checked at the edge (:data:`Id`, :data:`Limit`), and the answer
-(:func:`answer`).
+(:func:`answer`), and each resource's router (:func:`resource`).
 
 Each route's ``response_model`` documents its answer in the OpenAPI schema; the JSON itself is
 built by :func:`answer` (FastAPI passes a returned response through untouched), encoded once by
@@ -8,19 +8,39 @@ orjson: money stays exact decimal text and datetimes keep their ``+00:00``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Annotated, Any
 
 import orjson
-from fastapi import Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
+
+from dueflow.api.schemas import errors
 
 #: Ids are positive 64-bit integers; anything else is refused before it reaches the database.
 MAX_ID = 2**63 - 1
 Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=1000, description="at most this many rows")]
+
+
+def resource(
+    prefix: str,
+    guard: Callable[..., Awaitable[Any]],
+    statuses: Sequence[int],
+    tag: str | None = None,
+) -> APIRouter:
+    """The router of a resource: its routes under ``prefix``, each behind ``guard`` (who may
+    call: :func:`~dueflow.api.auth.current_user` or ``current_admin``), documented with the
+    error answers of ``statuses`` (:func:`~dueflow.api.schemas.errors`), grouped under ``tag``
+    in the OpenAPI document."""
+    return APIRouter(
+        prefix=prefix,
+        tags=[tag] if tag else None,
+        dependencies=[Depends(guard)],
+        responses=errors(*statuses),
+    )
 
 
 class Body(BaseModel):

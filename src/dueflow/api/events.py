@@ -13,13 +13,13 @@ import re
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
-from dueflow.api.common import answer
-from dueflow.api.schemas import View, errors
+from dueflow.api.common import answer, resource
+from dueflow.api.schemas import View
 from dueflow.exceptions import InvalidInput
 from dueflow.service import events
 from dueflow.service.deps import Deps
@@ -84,12 +84,7 @@ After = Annotated[
 
 def router(deps: Deps) -> APIRouter:
     """The feed's route over ``deps``."""
-    routes = APIRouter(
-        prefix="/api/events",
-        tags=["events"],
-        dependencies=[Depends(auth.current_user(deps))],
-        responses=errors(401, 413, 422, 503),
-    )
+    routes = resource("/api/events", auth.current_user(deps), [401, 413, 422, 503], tag="events")
 
     @routes.get("", response_model=EventPage)
     async def feed(

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
 from dueflow.api import schemas as out
-from dueflow.api.common import Body, Id, answer
+from dueflow.api.common import Body, Id, answer, resource
 from dueflow.api.schemas import Money, View, errors
 from dueflow.service import accounts
 from dueflow.service.deps import Deps
@@ -42,12 +42,7 @@ class GoodsView(View):
 
 def router(deps: Deps) -> APIRouter:
     """The ``/api/goods`` routes over ``deps``."""
-    routes = APIRouter(
-        prefix="/api/goods",
-        tags=["goods"],
-        dependencies=[Depends(auth.current_user(deps))],
-        responses=errors(401, 413, 422, 503),
-    )
+    routes = resource("/api/goods", auth.current_user(deps), [401, 413, 422, 503], tag="goods")
 
     @routes.post("", status_code=201, response_model=GoodsView, responses=errors(400))
     async def add_goods(body: NewGoods, request: Request) -> JSONResponse:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
-from dueflow.api.common import MAX_ID, answer
+from dueflow.api.common import MAX_ID, answer, resource
 from dueflow.api.goods import GoodsView
 from dueflow.api.schemas import OrderListItem, View, errors
 from dueflow.domain import lifecycle
@@ -90,11 +90,7 @@ def _page(page: lists.Page) -> JSONResponse:
 
 def router(deps: Deps) -> APIRouter:
     """The list routes over ``deps``; every one needs a user's bearer token."""
-    api = APIRouter(
-        prefix="/api",
-        dependencies=[Depends(auth.current_user(deps))],
-        responses=errors(401, 413, 503),
-    )
+    api = resource("/api", auth.current_user(deps), [401, 413, 503])
 
     @api.get("/goods", tags=["goods"], response_model=GoodsPage, responses=errors(422))
     async def list_goods(

@@ -10,13 +10,13 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field, model_validator
 
 from dueflow.api import auth
 from dueflow.api import schemas as out
-from dueflow.api.common import MAX_ID, Body, Id, answer, encode
+from dueflow.api.common import MAX_ID, Body, Id, answer, encode, resource
 from dueflow.api.schemas import OrderView, View, errors
 from dueflow.exceptions import DomainError, InvalidInput, NotAllowed
 from dueflow.service import orders, parties, payments, replays, shop, tickets
@@ -176,11 +176,8 @@ async def _place(deps: Deps, user: User, body: NewOrder, key: replays.Key | None
 
 def router(deps: Deps) -> APIRouter:
     """The ``/api/orders`` routes over ``deps``."""
-    routes = APIRouter(
-        prefix="/api/orders",
-        tags=["orders"],
-        dependencies=[Depends(auth.current_user(deps))],
-        responses=errors(401, 404, 413, 422, 503),
+    routes = resource(
+        "/api/orders", auth.current_user(deps), [401, 404, 413, 422, 503], tag="orders"
     )
 
     @routes.post("", status_code=201, response_model=OrderView, responses=errors(400, 403, 409))

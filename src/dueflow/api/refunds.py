@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
 from dueflow.api import schemas as out
-from dueflow.api.common import Body, Id, Limit, answer
+from dueflow.api.common import Body, Id, Limit, answer, resource
 from dueflow.api.schemas import Money, RefundView, View, errors
 from dueflow.service import refunds
 from dueflow.service.deps import Deps
@@ -52,11 +52,8 @@ class RefundState(View):
 
 def router(deps: Deps) -> APIRouter:
     """The refund routes over ``deps``, for admins only."""
-    api = APIRouter(
-        prefix="/api/admin/refunds",
-        tags=["admin"],
-        dependencies=[Depends(auth.current_admin(deps))],
-        responses=errors(401, 403, 413, 503),
+    api = resource(
+        "/api/admin/refunds", auth.current_admin(deps), [401, 403, 413, 503], tag="admin"
     )
 
     def actor(request: Request) -> str:

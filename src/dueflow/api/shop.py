@@ -9,13 +9,13 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
 from dueflow.api import schemas as out
-from dueflow.api.common import MAX_ID, Body, Id, answer
+from dueflow.api.common import MAX_ID, Body, Id, answer, resource
 from dueflow.api.schemas import Money, View, errors
 from dueflow.service import shop
 from dueflow.service.deps import Deps
@@ -146,12 +146,7 @@ class CouponList(View):
 
 def router(deps: Deps) -> APIRouter:
     """The shop routes over ``deps``."""
-    api = APIRouter(
-        prefix="/api",
-        tags=["shop"],
-        dependencies=[Depends(auth.current_user(deps))],
-        responses=errors(401, 404, 413, 422, 503),
-    )
+    api = resource("/api", auth.current_user(deps), [401, 404, 413, 422, 503], tag="shop")
 
     async def created(
         create: Callable[..., Awaitable[dict[str, Any]]], body: Body, request: Request

@@ -8,13 +8,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field, model_validator
 
 from dueflow.api import auth
 from dueflow.api import schemas as out
-from dueflow.api.common import Body, Id, answer
+from dueflow.api.common import Body, Id, answer, resource
 from dueflow.api.schemas import Money, View, errors
 from dueflow.domain import seating
 from dueflow.domain.money import parse_yuan
@@ -167,12 +167,7 @@ def seats_of(body: NewShow) -> list[seating.SeatSpec]:
 
 def router(deps: Deps) -> APIRouter:
     """The ``/api/shows`` routes over ``deps``."""
-    api = APIRouter(
-        prefix="/api/shows",
-        tags=["shows"],
-        dependencies=[Depends(auth.current_user(deps))],
-        responses=errors(401, 404, 413, 422, 503),
-    )
+    api = resource("/api/shows", auth.current_user(deps), [401, 404, 413, 422, 503], tag="shows")
 
     @api.post("", status_code=201, response_model=ShowView, responses=errors(400))
     async def add_show(body: NewShow, request: Request) -> JSONResponse:
