@@ -1,0 +1,69 @@
+"""The order event tables: the events, their sequence and the webhook delivery streams."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+from dueflow.store._schema_base import Id, metadata
+from dueflow.store.types import UTCDateTime
+
+order_events = Table(
+    "order_events",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("actor", String(64), nullable=False),
+    Column("from_status", String(32)),
+    Column("to_status", String(32)),
+    Column("detail", String(500)),
+    # The order in which events became visible, numbered after they commit by the sequencer
+    # (store/events.py); NULL until then. Ids are not that order: a slower transaction with a
+    # lower id can commit later. The unique index also finds the rows still to number.
+    Column("seq", BigInteger),
+    Index("ix_order_events_seq", "seq", unique=True),
+    # One user's feed: the events of that user's orders, in seq order, one range per order.
+    Index("ix_order_events_order_id_seq", "order_id", "seq"),
+)
+
+#: One row (id 1): the last sequence number given to an order event.
+event_sequence = Table(
+    "event_sequence",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("last_seq", BigInteger, nullable=False),
+)
+
+#: Where each webhook delivery stream stands: the live stream (name "live", whose lease says
+#: which process delivers) and operators' replays of one event or a range.
+event_deliveries = Table(
+    "event_deliveries",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("name", String(40), nullable=False, unique=True),
+    # Every event up to this seq has been delivered (a replay starts one before its first).
+    Column("delivered_seq", BigInteger, nullable=False),
+    Column("until_seq", BigInteger),  # a replay's last event; NULL for the live stream
+    # Failed tries of the next event in a row, and the last one's error.
+    Column("failures", Integer, nullable=False, default=0, server_default=text("0")),
+    Column("last_error", Text),
+    Column("last_error_at", UTCDateTime),
+    Column("retry_at", UTCDateTime),
+    Column("owner", String(64)),
+    Column("lease_until", UTCDateTime),
+    Column("requested_by", String(64)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("done_at", UTCDateTime),
+)

@@ -1,0 +1,134 @@
+"""The order tables: users, goods, orders and their lines, the placing idempotency keys,
+reviews."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+from dueflow.store._schema_base import Id, metadata
+from dueflow.store.types import Money, UTCDateTime
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False, unique=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("is_admin", Boolean, nullable=False, default=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+goods = Table(
+    "goods",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("seller_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("price", Money, nullable=False),
+    # on_sale | sold | off_sale. Held = on_sale with reserved_order_id set.
+    Column("status", String(16), nullable=False),
+    Column("reserved_order_id", Id, nullable=True, index=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    # The goods lists (newest first, keyset on id): what is on sale, a seller's goods on sale,
+    # and a seller's own goods in every status. Each page is one range read of one of these.
+    Index("ix_goods_status_id", "status", "id"),
+    Index("ix_goods_seller_id_status_id", "seller_id", "status", "id"),
+    Index("ix_goods_seller_id_id", "seller_id", "id"),
+)
+
+orders = Table(
+    "orders",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    # The order's life (domain.lifecycle.LIFECYCLES), chosen by what it holds.
+    Column("flow", String(32), nullable=False),
+    Column("order_type", String(32), nullable=False),
+    Column("buyer_id", Id, ForeignKey("users.id"), nullable=False, index=True),
+    # The goods' seller, the show's organizer.
+    Column("seller_id", Id, ForeignKey("users.id"), nullable=False, index=True),
+    # What the order holds is in order_lines; these say which goods or show, for lookups.
+    Column("goods_id", Id, ForeignKey("goods.id"), nullable=True, index=True),
+    Column("show_id", Id, ForeignKey("shows.id"), nullable=True, index=True),
+    Column("amount", Money, nullable=False),
+    Column("status", String(32), nullable=False, index=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("pay_deadline", UTCDateTime, nullable=False),
+    Column("paid_at", UTCDateTime),
+    Column("ship_deadline", UTCDateTime),
+    Column("shipped_at", UTCDateTime),
+    Column("carrier", String(64)),
+    Column("tracking_no", String(64)),
+    Column("receive_deadline", UTCDateTime),
+    Column("received_at", UTCDateTime),
+    Column("review_deadline", UTCDateTime),
+    Column("completed_at", UTCDateTime),
+    Column("cancelled_at", UTCDateTime),
+    Column("cancel_reason", String(32)),
+    Column("updated_at", UTCDateTime, nullable=False),
+    # A party's orders, newest first (keyset on id), in every status or in one: each page of
+    # GET /api/orders is one range read. (PostgreSQL keeps no id order in the one-column
+    # buyer_id and seller_id indexes, so those alone would sort every order of the party.)
+    Index("ix_orders_buyer_id_id", "buyer_id", "id"),
+    Index("ix_orders_buyer_id_status_id", "buyer_id", "status", "id"),
+    Index("ix_orders_seller_id_id", "seller_id", "id"),
+    Index("ix_orders_seller_id_status_id", "seller_id", "status", "id"),
+)
+
+#: What each order holds, one row per thing held, kept for good (what was bought): goods, seats
+#: SKU units, flash-sale units, a coupon. The live holds themselves are where each kind keeps
+#: them (goods.reserved_order_id, seat_holds, the counts of skus and flash_sales, coupons).
+order_lines = Table(
+    "order_lines",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),  # goods | seat | sku | flash | coupon
+    Column("item_id", Id, nullable=False),  # the goods, seat, SKU, flash sale or coupon id
+    Column("label", String(200), nullable=False),  # what the buyer saw: a title, a seat label
+    Column("quantity", Integer, nullable=False),
+    Column("price", Money, nullable=False),  # each
+    # What holds a SKU, a flash sale or a coupon (the admin pages and the invariants).
+    Index("ix_order_lines_kind_item_id", "kind", "item_id"),
+)
+
+#: ``Idempotency-Key`` of POST /api/orders: the first order placed under (buyer, key), the hash
+#: of its request and, once answered, the answer itself. Written in the placing transaction.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("buyer_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("request_hash", String(64), nullable=False),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
+    Column("status_code", Integer),
+    Column("body", Text),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("buyer_id", "key"),
+    Index("ix_idempotency_keys_created_at", "created_at"),
+)
+
+reviews = Table(
+    "reviews",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
+    Column("role", String(8), nullable=False),  # buyer | seller
+    Column("author_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("rating", Integer, nullable=False),
+    Column("comment", String(500), nullable=False),
+    Column("is_default", Boolean, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("order_id", "role"),
+)

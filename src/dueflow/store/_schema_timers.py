@@ -1,0 +1,81 @@
+"""The timer tables: timers (the durable deadlines) and the reminders they send."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+from dueflow.store._schema_base import Id, metadata
+from dueflow.store.types import UTCDateTime
+
+LIVE_TIMERS = "state IN ('scheduled', 'claimed')"
+PARKED_TIMERS = "state = 'parked'"
+
+
+timers = Table(
+    "timers",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
+    Column("kind", String(32), nullable=False),
+    # deadline_at: the business deadline (for lateness); due_at: when to fire next (backoff moves it).
+    Column("deadline_at", UTCDateTime, nullable=False),
+    Column("due_at", UTCDateTime, nullable=False),
+    Column("state", String(16), nullable=False),
+    # attempts: every claim; failures: the handler's failures in a row (a handler's own retry,
+    # such as a refund still processing, is none), which park the timer at timer_max_attempts.
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("failures", Integer, nullable=False, default=0, server_default=text("0")),
+    Column("lease_until", UTCDateTime),
+    Column("claim_token", String(32)),
+    Column("stuck", Boolean, nullable=False, default=False),
+    Column("last_error", Text),
+    Column("outcome", String(200)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("done_at", UTCDateTime),
+    UniqueConstraint("order_id", "kind"),
+    # Due scans: an equality on state, then a range on due_at, keeps an empty scan one seek.
+    # Partial (live timers only) on PostgreSQL: done timers cost the index nothing. SQLite keeps
+    # the full index: its planner cannot prove state = 'scheduled' implies state IN (...).
+    Index(
+        "ix_timers_live",
+        "state",
+        "due_at",
+        "id",
+        postgresql_where=text(LIVE_TIMERS),
+    ),
+    # The dashboard's lateness over the last hour reads done timers by when they fired.
+    Index("ix_timers_done_at", "done_at"),
+    # The dashboard's parked timers, soonest due first: outside ix_timers_live on PostgreSQL,
+    # so a partial index of their own there; elsewhere ix_timers_live serves them too.
+    Index("ix_timers_parked", "state", "due_at", postgresql_where=text(PARKED_TIMERS)),
+)
+
+reminders = Table(
+    "reminders",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
+    Column("kind", String(32), nullable=False),
+    # pending | sending (claimed by one handler until lease_until) | sent | unknown (sent, no
+    # answer ever confirmed it, and no more sends: out of sends or the order moved on)
+    Column("state", String(16), nullable=False),
+    Column("claim_token", String(32)),
+    Column("lease_until", UTCDateTime),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("sent_at", UTCDateTime),
+    # Sends that may have reached the receiver: counted before each send, uncounted when the
+    # send provably did not deliver (refused, or answered with an error).
+    Column("deliveries", Integer, nullable=False, default=0, server_default=text("0")),
+    UniqueConstraint("order_id", "kind"),
+)
