@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Table,
-    Text,
-    text,
-)
+from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, String, Table, Text, text
 
 from dueflow.store._schema_base import Id, metadata
 from dueflow.store.types import UTCDateTime

@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    CheckConstraint,
-    Column,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Table,
-)
+from sqlalchemy import CheckConstraint, Column, ForeignKey, Index, Integer, String, Table
 
 from dueflow.store._schema_base import Id, metadata
 from dueflow.store.types import Money, UTCDateTime
