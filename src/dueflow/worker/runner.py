@@ -3,31 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
 from dueflow import logs
-from dueflow.domain.timers import TimerKind, backoff, is_parked, quick_backoff
+from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import BackendUnavailable, Busy
 from dueflow.service.deps import Deps
 from dueflow.service.timeouts import HANDLERS, Handler
 from dueflow.store import timers
 from dueflow.store.timers import Claimed
+from dueflow.worker import leases
 
 # The feeder, re-exported: callers start it beside the worker (``runner.run_feeder``).
 from dueflow.worker.feeder import feed_between as feed_between
 from dueflow.worker.feeder import run_feeder as run_feeder
 
+# The isolation's budget and the stats, re-exported (tests read ``runner.SPLIT_RUNS_PER_BIT``).
+from dueflow.worker.isolation import SPLIT_RUNS_PER_BIT as SPLIT_RUNS_PER_BIT
+from dueflow.worker.isolation import Isolation
+from dueflow.worker.isolation import SplitBudget as SplitBudget
+from dueflow.worker.stats import Stats as Stats
+
 log = logging.getLogger(__name__)
-#: Real seconds a batch runs before its leases are renewed (every third of a lease from then).
-HOLD_AFTER = 1.0
 #: Real seconds the claim loop waits for a batch before it leaves the batch running in its
 #: lane and claims the next one: long enough for any batch of database work, short against a
 #: provider's timeout.
@@ -39,47 +41,6 @@ DETACH_AFTER = 0.2
 #: re-claim and a backoff that grows with every earlier failure of the timer (2, 4, 8 s): the
 #: chaos soak found unpaid cancels 19-22 s late after pg_terminate_backend.
 RERUN_PAUSES = (0.2, 1.0)
-#: Handler runs the isolation of one failure may spend, per bit of the share's size: 4 x 8 = 32
-#: runs for a share of 200, enough to find two failing timers (about 2 log2 n runs each),
-#: where running every half of a share that fails whole (a code error, a failure of every
-#: order) took 2n - 1. What is not isolated within that goes back whole.
-SPLIT_RUNS_PER_BIT = 4
-
-
-@dataclass
-class SplitBudget:
-    """What the isolation of one handler failure may still spend: handler runs, and real time
-    up to ``until`` (a monotonic time, one lease after the failure)."""
-
-    until: float
-    runs: int
-
-    def take(self, now: float) -> bool:
-        """Take one run if any is left and the time is not spent; False once spent."""
-        if self.runs <= 0 or now >= self.until:
-            return False
-        self.runs -= 1
-        return True
-
-
-@dataclass
-class Stats:
-    """What a worker has done since it started."""
-
-    claimed: int = 0
-    batches: int = 0
-    failed_batches: int = 0
-    #: Times the loop found nothing to do and waited on its trigger.
-    waits: int = 0
-    #: Times the leases of a batch in progress were renewed.
-    renewals: int = 0
-    #: Times a handler ran again in place after a lost connection or a busy lock.
-    reruns: int = 0
-    #: Times a failed group was split in halves to find the timers that fail on their own.
-    splits: int = 0
-    #: Timers parked after their last attempt failed.
-    parked: int = 0
-    by_kind: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
 class Worker:
@@ -98,6 +59,7 @@ class Worker:
         self.monotonic = monotonic
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.stats = Stats()
+        self._isolation = Isolation(deps, handlers, self.stats, monotonic)
         self._limit: int | None = None  # the next batch's size; None: batch_size
         self._lanes: asyncio.BoundedSemaphore | None = None  # made in the running loop
         self._running: set[asyncio.Task[None]] = set()
@@ -105,16 +67,16 @@ class Worker:
     async def run_batch(self, claimed: Sequence[Claimed]) -> None:
         """Run the handlers for a claimed batch, each kind alongside the others (a kind waiting
         on a provider holds up no other kind); a failing handler's share is split until the
-        timers that fail on their own are found (:meth:`_isolate`): those go back with backoff
-        and the error, and the rest of the batch goes on. While the batch runs, its
-        claims are kept (:meth:`_holding`), so no lease runs out under work in hand."""
+        timers that fail on their own are found (:meth:`Isolation.isolate`): those go back with
+        backoff and the error, and the rest of the batch goes on. While the batch runs, its
+        claims are kept (:func:`leases.holding`), so no lease runs out under work in hand."""
         by_kind: dict[TimerKind, list[Claimed]] = defaultdict(list)
         for timer in claimed:
             by_kind[timer.kind].append(timer)
         self.stats.claimed += len(claimed)
         self.stats.batches += 1
         self.deps.metrics.batch_size.observe(len(claimed))
-        async with self._holding(claimed):
+        async with leases.holding(self.deps, self.stats, claimed):
             await asyncio.gather(*(self._run_kind(kind, group) for kind, group in by_kind.items()))
         if not self.deps.trigger.polls_database:
             await self._rearm_retried(claimed)
@@ -132,7 +94,7 @@ class Worker:
     async def _run_handler(self, kind: TimerKind, group: Sequence[Claimed]) -> None:
         """Run the kind's handler on ``group``; a lost connection or a busy lock runs it again
         in place (:data:`RERUN_PAUSES`) on the timers still claimed; what still fails is
-        isolated (:meth:`_isolate`), but for a busy lock."""
+        isolated (:meth:`Isolation.isolate`), but for a busy lock."""
         pauses = iter(RERUN_PAUSES)
         while True:
             try:
@@ -150,129 +112,16 @@ class Worker:
             else:
                 self.deps.metrics.fired.labels(kind.value, "ran").inc(len(group))
                 return
-            budget = SplitBudget(
-                until=self.monotonic() + self.deps.lease.total_seconds(),
-                runs=SPLIT_RUNS_PER_BIT * len(group).bit_length(),
-            )
-            await self._isolate(kind, group, failure, budget)
+            await self._isolation.after(kind, group, failure)
             return
-
-    async def _isolate(
-        self, kind: TimerKind, group: Sequence[Claimed], exc: Exception, budget: SplitBudget
-    ) -> None:
-        """After the handler failed on ``group``: run each half of the timers still claimed
-        again, and so on down to the timers that fail on their own, which alone go back
-        (:meth:`_failed`). One order the handler cannot act on (a trigger refusing its update,
-        a row a bug trips on) thus holds up no other order of the batch: handed back together
-        they were due again together and failed together, for good. Each half runs once,
-        without reruns in place. Bounded by ``budget`` (runs, and one lease of real time since
-        the failure): past it, what is left goes back whole, as does the whole group if the
-        database cannot even say which timers are still claimed (it is down, not refusing one
-        order). A busy lock is never split: no one order causes it, and each half would wait
-        on the lock again (on MariaDB innodb_lock_wait_timeout, 50 s a wait); the group goes
-        back whole, due again in seconds."""
-        if isinstance(exc, Busy):
-            await self._failed(kind, group, exc)
-            return
-        if len(group) > 1:
-            held = await self._claims_held(group)
-            if held is None:
-                await self._failed(kind, group, exc)
-                return
-            group = held
-        if len(group) <= 1:
-            if group:
-                await self._failed(kind, group, exc)
-            return
-        self.stats.splits += 1
-        log.warning(
-            "%s handler failed for %d timers (%s); running each half again",
-            kind.value,
-            len(group),
-            type(exc).__name__,
-        )
-        middle = len(group) // 2
-        for half in (group[:middle], group[middle:]):
-            if not budget.take(self.monotonic()):
-                log.warning(
-                    "%s: the isolation of a failure spent its budget; %d timers go back whole",
-                    kind.value,
-                    len(half),
-                )
-                await self._failed(kind, half, exc)
-                continue
-            try:
-                await self.handlers[kind](self.deps, half)
-            except Exception as again:
-                await self._isolate(kind, half, again, budget)
-            else:
-                self.deps.metrics.fired.labels(kind.value, "ran").inc(len(half))
-
-    async def _failed(self, kind: TimerKind, group: Sequence[Claimed], exc: Exception) -> None:
-        """Count a handler's failure and hand its timers back: due again after the backoff (2 s
-        doubling after a lost connection or a busy lock, not the 30 s of other failures), or
-        parked on their last attempt (``timer_max_attempts``)."""
-        self.stats.failed_batches += 1
-        self.deps.metrics.fired.labels(kind.value, "failed").inc(len(group))
-        log.error("%s handler failed for %d timers", kind.value, len(group), exc_info=exc)
-        delay = quick_backoff if isinstance(exc, BackendUnavailable | Busy) else backoff
-        await self._give_back(kind, group, f"{type(exc).__name__}: {exc}", delay)
 
     async def _still_claimed(self, group: Sequence[Claimed]) -> list[Claimed]:
         """The timers of ``group`` still claimed under their token: a failing handler may have
         finished some in a transaction that committed before the failure, and those must not
         run twice. If even that read fails, every timer is kept: the give-back that follows
         another failure is guarded by the token too."""
-        held = await self._claims_held(group)
+        held = await self._isolation.claims_held(group)
         return list(group) if held is None else held
-
-    async def _claims_held(self, group: Sequence[Claimed]) -> list[Claimed] | None:
-        """:meth:`_still_claimed`, or None when the database could not say."""
-        try:
-            async with self.deps.db.read() as conn:
-                return await timers.still_claimed(conn, group)
-        except Exception:
-            log.exception("could not read which of %d timers are still claimed", len(group))
-            return None
-
-    @contextlib.asynccontextmanager
-    async def _holding(self, claimed: Sequence[Claimed]) -> AsyncIterator[None]:
-        """Renew the batch's leases every third of a lease until the block ends, once it has
-        run for :data:`HOLD_AFTER` (most batches end sooner and never write a renewal)."""
-        done = asyncio.Event()
-        keeper = asyncio.create_task(self._keep_leases(claimed, done))
-        try:
-            yield
-        finally:
-            # Told by the event, not cancelled: a renewal in flight finishes (a statement
-            # cancelled mid-way is a pooled connection's trouble to come). Cancelled only if it
-            # hangs for a whole lease, when the lease has run out anyway.
-            done.set()
-            await asyncio.wait({keeper}, timeout=self.deps.lease.total_seconds())
-            if not keeper.done():
-                keeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
-
-    async def _keep_leases(self, claimed: Sequence[Claimed], done: asyncio.Event) -> None:
-        deps = self.deps
-        # Short leases (tests, a fast demo clock) are renewed before a third of them is gone.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), min(HOLD_AFTER, deps.lease.total_seconds() / 3))
-        while not done.is_set():
-            await deps.clock.sleep_until(deps.clock.now() + deps.lease / 3, done)
-            if done.is_set():
-                return
-            try:
-                async with deps.db.write() as conn:
-                    now = deps.clock.now()
-                    held = await timers.extend_lease(conn, claimed, until=now + deps.lease)
-            except Exception:
-                log.exception("could not renew %d leases; trying again", len(claimed))
-                continue
-            self.stats.renewals += 1
-            if not held:
-                return
 
     async def _rearm_retried(self, claimed: Sequence[Claimed]) -> None:
         """Timers of the batch that went back to scheduled (backoff, re-armed) are handed to the
@@ -284,48 +133,6 @@ class Worker:
             log.exception("could not read retried timers; the scanner covers them")
             return
         await self.deps.arm(again)
-
-    async def _give_back(
-        self,
-        kind: TimerKind,
-        group: Sequence[Claimed],
-        error: str,
-        delay: Callable[[int], timedelta],
-    ) -> None:
-        """Hand failed timers back after ``delay``, one more failure in a row each; those
-        reaching ``timer_max_attempts`` failures in a row are parked."""
-        last = self.deps.timer_max_attempts
-        parking = [t for t in group if is_parked(t.failures + 1, last)]
-        again = [t for t in group if not is_parked(t.failures + 1, last)]
-        try:
-            async with self.deps.db.write() as conn:
-                now = self.deps.clock.now()
-                await timers.retry(conn, again, error=error, now=now, delay=delay, failed=True)
-                parked_ids = set(await timers.park(conn, parking, error=error, now=now))
-        except Exception:
-            # The lease expires and the scanner takes the timers back.
-            log.exception("could not hand back %d timers; their lease will expire", len(group))
-            return
-        # Only those park() parked: one finished, retried or taken over meanwhile is not.
-        parked = [t for t in parking if t.id in parked_ids]
-        if not parked:
-            return
-        self.stats.parked += len(parked)
-        self.deps.metrics.fired.labels(kind.value, "parked").inc(len(parked))
-        for timer in parked:
-            # Never parked silently: an error line per timer, beside the dashboard's list,
-            # the dueflow_timers_parked gauge and its alert.
-            log.error(
-                "%s timer %d of order %d parked after %d failures in a row: %s; run it "
-                "again once the cause is fixed (dueflow timers run-again %d)",
-                kind.value,
-                timer.id,
-                timer.order_id,
-                timer.failures + 1,
-                error,
-                timer.id,
-                extra={"order_id": timer.order_id, "timer_id": timer.id},
-            )
 
     async def run_once(self) -> int:
         """Claim one batch of due timers and run it; returns how many were claimed."""
