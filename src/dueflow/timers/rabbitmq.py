@@ -38,17 +38,12 @@ import asyncio
 import contextlib
 import heapq
 import itertools
-import json
 import logging
 import re
 import time
-from bisect import bisect_right
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from datetime import datetime, timedelta
 
 import aio_pika
 from aio_pika.abc import (
@@ -62,33 +57,21 @@ from aiormq.abc import AbstractChannel, DeliveredMessage
 from pamqp.commands import Basic
 
 from dueflow.clock import Clock, SystemClock
-from dueflow.domain.deadlines import parse_duration
 from dueflow.exceptions import BackendUnavailable, ConfigError
 from dueflow.store.timers import Armed
+
+# The wire and the URL options, re-exported (``rabbitmq.choose_level``, ``rabbitmq.LEVELS_MS``).
+from dueflow.timers._rabbitmq_url import parse_url, safe_url
+from dueflow.timers._rabbitmq_wire import LEVELS_MS as LEVELS_MS
+from dueflow.timers._rabbitmq_wire import _Held
+from dueflow.timers._rabbitmq_wire import _Tags as _Tags
+from dueflow.timers._rabbitmq_wire import choose_level as choose_level
+from dueflow.timers._rabbitmq_wire import decode as decode
+from dueflow.timers._rabbitmq_wire import encode as encode
 from dueflow.timers.base import Trigger
 
 log = logging.getLogger(__name__)
 
-#: The delay levels, in milliseconds, smallest first.
-LEVELS_MS: tuple[int, ...] = (
-    100,
-    250,
-    500,
-    1_000,
-    2_000,
-    5_000,
-    10_000,
-    30_000,
-    60_000,
-    120_000,
-    300_000,
-    600_000,
-    1_800_000,
-    3_600_000,
-    7_200_000,
-)
-_LEVELS_US = tuple(ms * 1000 for ms in LEVELS_MS)
-_US = timedelta(microseconds=1)
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_PREFIX = "dueflow"
@@ -101,96 +84,8 @@ ERROR_PAUSE = timedelta(milliseconds=500)
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 #: Publishes awaiting their confirms at once; a feed of thousands goes in chunks of this many.
 PUBLISH_CHUNK = 500
-_OUR_OPTIONS = ("prefix", "horizon", "connect_timeout", "redeliver_after", "prefetch", "batch")
 _ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_EXCEPTIONS, TimeoutError)
 _TROUBLE: tuple[type[BaseException], ...] = (*_ERRORS, BackendUnavailable)
-
-
-def choose_level(remaining: timedelta) -> int | None:
-    """The largest delay level (in ms) not above ``remaining``, or None when ``remaining`` is
-    below the smallest level (zero and negative included): the message goes to the due queue."""
-    index = bisect_right(_LEVELS_US, remaining // _US) - 1
-    return LEVELS_MS[index] if index >= 0 else None
-
-
-def encode(timer: Armed) -> bytes:
-    """A message body for ``timer``."""
-    return json.dumps({"id": timer.id, "due_at": timer.due_at.isoformat()}).encode()
-
-
-def decode(body: bytes) -> Armed:
-    """The timer in a message body.
-
-    Raises:
-        ValueError: the body is not one of ours.
-    """
-    try:
-        data = json.loads(body)
-        timer_id, due_at = data["id"], datetime.fromisoformat(data["due_at"])
-    except (KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not a timer message: {body[:80]!r}") from exc
-    if not isinstance(timer_id, int) or isinstance(timer_id, bool):
-        raise ValueError(f"not a timer message: {body[:80]!r}")
-    if due_at.tzinfo is None:
-        due_at = due_at.replace(tzinfo=UTC)
-    return Armed(id=timer_id, due_at=due_at)
-
-
-def _positive_int(name: str, value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ConfigError(f"the rabbitmq trigger's {name} must be a positive integer: {value!r}")
-    return number
-
-
-@dataclass(order=True)
-class _Held:
-    """A delivered message not yet handed over: due within the smallest level."""
-
-    due_at: datetime
-    seq: int
-    timer_id: int = field(compare=False)
-    message: AbstractIncomingMessage = field(compare=False)
-
-
-@dataclass
-class _Tags:
-    """The deliveries of one consuming channel (RabbitMQ numbers them 1, 2, 3, ... per channel):
-    the tags not settled yet, and ``seen``, the tag up to which every delivery has reached the
-    trigger (a delivery is a task of its own, so one may be seen before an earlier one)."""
-
-    unsettled: set[int] = field(default_factory=set)
-    seen: int = 0
-    early: set[int] = field(default_factory=set)
-
-    def delivered(self, tag: int) -> None:
-        self.unsettled.add(tag)
-        if tag != self.seen + 1:
-            if tag > self.seen:
-                self.early.add(tag)
-            return
-        self.seen = tag
-        while self.seen + 1 in self.early:
-            self.seen += 1
-            self.early.discard(self.seen)
-
-    def ack_frames(self, tags: set[int]) -> list[tuple[int, bool]]:
-        """Settle ``tags`` (those still unsettled): the ``(tag, multiple)`` acks to send.
-
-        One ``multiple`` ack covers the tags below every other unsettled tag and below every
-        delivery not seen yet (a ``multiple`` ack settles all un-acked tags up to it, so it must
-        never reach one that is held, being re-armed, handed over elsewhere or not seen); the
-        rest are acked one by one. Never a tag twice: RabbitMQ closes the channel for that."""
-        tags &= self.unsettled
-        self.unsettled -= tags
-        limit = min(self.seen + 1, min(self.unsettled, default=self.seen + 1))
-        below = [t for t in tags if t < limit]
-        frames = [(max(below), True)] if below else []
-        frames += [(t, False) for t in sorted(tags) if t >= limit]
-        return frames
 
 
 class RabbitTrigger(Trigger):
@@ -265,32 +160,7 @@ class RabbitTrigger(Trigger):
         Raises:
             ConfigError: Not an amqp:// URL, or a malformed option.
         """
-        try:
-            parts = urlsplit(url)
-        except ValueError as exc:  # an unclosed IPv6 bracket, say
-            raise ConfigError(f"bad rabbitmq trigger URL {url!r}: {exc}") from None
-        if parts.scheme not in ("amqp", "amqps"):
-            raise ConfigError(f"not an amqp:// or amqps:// URL: {url!r}")
-        ours: dict[str, str] = {}
-        rest: list[tuple[str, str]] = []
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
-            if key in _OUR_OPTIONS:
-                ours[key] = value
-            else:
-                rest.append((key, value))
-        options: dict[str, Any] = {}
-        if "prefix" in ours:
-            options["prefix"] = ours["prefix"]
-        if "horizon" in ours:
-            options["horizon"] = parse_duration(ours["horizon"])
-        if "connect_timeout" in ours:
-            options["connect_timeout"] = parse_duration(ours["connect_timeout"]).total_seconds()
-        if "redeliver_after" in ours:
-            options["redeliver_after"] = parse_duration(ours["redeliver_after"])
-        for name in ("prefetch", "batch"):
-            if name in ours:
-                options[name] = _positive_int(name, ours[name])
-        plain = urlunsplit(parts._replace(query=urlencode(rest)))
+        plain, options = parse_url(url)
         return cls(url=plain, clock=clock, **options)
 
     # -- topology ------------------------------------------------------------------------------
@@ -324,13 +194,6 @@ class RabbitTrigger(Trigger):
 
     # -- connection ----------------------------------------------------------------------------
 
-    def _safe_url(self) -> str:
-        parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return urlunsplit(parts._replace(netloc=netloc))
-
     async def _channel(self) -> AbstractRobustChannel:
         """The publishing channel, connecting and declaring the topology on first use.
 
@@ -347,7 +210,9 @@ class RabbitTrigger(Trigger):
             if self._publisher is not None:
                 return self._publisher
             if time.monotonic() < self._down_until:
-                raise BackendUnavailable(f"RabbitMQ at {self._safe_url()} was unreachable just now")
+                raise BackendUnavailable(
+                    f"RabbitMQ at {safe_url(self.url)} was unreachable just now"
+                )
             connection: AbstractRobustConnection | None = None
             try:
                 connection = await aio_pika.connect_robust(self.url, timeout=self.connect_timeout)
@@ -359,7 +224,7 @@ class RabbitTrigger(Trigger):
                     with contextlib.suppress(*_ERRORS):
                         await connection.close()
                 raise BackendUnavailable(
-                    f"RabbitMQ at {self._safe_url()} is unavailable: {type(exc).__name__}: {exc}"
+                    f"RabbitMQ at {safe_url(self.url)} is unavailable: {type(exc).__name__}: {exc}"
                 ) from exc
             self._connection = connection
             self._publisher = channel
@@ -682,7 +547,7 @@ class RabbitTrigger(Trigger):
         """
         channel = await self._channel()
         if channel.is_closed:
-            raise BackendUnavailable(f"RabbitMQ at {self._safe_url()}: the channel is closed")
+            raise BackendUnavailable(f"RabbitMQ at {safe_url(self.url)}: the channel is closed")
 
     async def close(self) -> None:
         """Close the channels and the connection; un-acked messages go back to RabbitMQ."""
