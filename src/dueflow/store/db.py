@@ -19,71 +19,29 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from dueflow import logs
-from dueflow.exceptions import (
-    BackendUnavailable,
-    Busy,
-    ConfigError,
-    Conflict,
-    DatabaseUnavailable,
-    DueflowError,
-    UnstorableValue,
-)
 from dueflow.store import sqlite_checkpoint, sqlite_inline
+
+# Connecting and the error translation, re-exported (``db.async_url``, ``db.translate``, ...).
+from dueflow.store._db_connect import POOL_SIZE as POOL_SIZE
+from dueflow.store._db_connect import SQLITE_BUSY_TIMEOUT_MS as SQLITE_BUSY_TIMEOUT_MS
+from dueflow.store._db_connect import SQLITE_INLINE_POOL as SQLITE_INLINE_POOL
+from dueflow.store._db_connect import SQLITE_SYNCHRONOUS as SQLITE_SYNCHRONOUS
+from dueflow.store._db_connect import async_url as async_url
+from dueflow.store._db_connect import sqlite_begin, sqlite_connect
+from dueflow.store._db_errors import MESSAGES as MESSAGES
+from dueflow.store._db_errors import protocol_broken
+from dueflow.store._db_errors import translate as translate
 
 log = logging.getLogger(__name__)
 
-_ASYNC_DRIVERS = {
-    "sqlite": "sqlite+aiosqlite",
-    "postgresql": "postgresql+asyncpg",
-    "postgres": "postgresql+asyncpg",
-    "mysql": "mysql+asyncmy",
-    "mariadb": "mysql+asyncmy",
-}
-SQLITE_BUSY_TIMEOUT_MS = 5000
-#: Connections a PostgreSQL or MySQL engine keeps, opened as needed and never more. All are kept
-#: once opened: a pool that kept 5 and closed each of 10 more on its way back churned under a load
-#: of 5 to 15 transactions at once (two API processes at 16 requests each opened ~11 connections
-#: a second, each a new PostgreSQL backend and asyncpg's setup of its type codecs).
-POOL_SIZE = 15
 #: Seconds a pooled connection may sit unused and still be handed out unchecked. One that sat
 #: longer is pinged first (asyncpg: BEGIN, an empty statement, ROLLBACK): a ping on every checkout
 #: cost 6 round trips an order (two checkouts) on a path of 11.
 PING_AFTER_IDLE = 1.0
-#: Inline SQLite connections kept open (as many again may open beyond, closed on return). A
-#: connection in-process is cheap; a request waiting for one is not: the pool's queue lets a new
-#: checkout take a connection given back before the waiter woken for it runs, and that waiter
-#: goes to the back of the queue again. With 15 connections and 64 clients in a flash sale, some
-#: requests waited 14-22 s (p99) while others went through in milliseconds.
-SQLITE_INLINE_POOL = 64
-#: ``PRAGMA synchronous`` in WAL mode: NORMAL syncs only at checkpoints (a power cut may lose the
-#: last commits, never the file); FULL syncs the WAL at each commit, off the event loop.
-SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
 #: Seconds a new PostgreSQL or MySQL connection may take, handshake included, before the server
 #: counts as unreachable (asyncpg waits 60 s; asyncmy bounds the TCP connect only, so a server
 #: that accepts and never answers held a request for good).
 CONNECT_SECONDS = 5.0
-
-
-def async_url(url: str) -> str:
-    """Map a plain database URL (``sqlite:///x.db``) to its asyncio driver's URL.
-
-    Raises:
-        ConfigError: Not a database URL, an unsupported database, or SQLite in memory.
-    """
-    try:
-        parsed = make_url(url)
-    except (exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
-        raise ConfigError(f"not a database URL: {url!r}") from None
-    backend = parsed.drivername.split("+", 1)[0]
-    if backend not in _ASYNC_DRIVERS:
-        raise ConfigError(f"unsupported database {backend!r} in {url!r}")
-    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
-        # Its statements and its reports go through two connections: one file for both.
-        raise ConfigError("dueflow needs an SQLite file, not an in-memory database")
-    if "+" in parsed.drivername:
-        return url
-    return parsed.set(drivername=_ASYNC_DRIVERS[backend]).render_as_string(hide_password=False)
 
 
 def _bounded_connect(engine: AsyncEngine) -> None:
@@ -109,42 +67,6 @@ def _bounded_connect(engine: AsyncEngine) -> None:
         cparams["async_creator_fn"] = connect
 
     event.listen(engine.sync_engine, "do_connect", do_connect)
-
-
-def _sqlite_connect(synchronous: str) -> Callable[[Any, Any], None]:
-    """The ``connect`` listener of dueflow's SQLite engines."""
-    if synchronous not in SQLITE_SYNCHRONOUS:
-        raise ConfigError(f"SQLite synchronous must be NORMAL or FULL, not {synchronous!r}")
-
-    def connect(dbapi_connection: Any, _record: Any) -> None:
-        _sqlite_pragmas(dbapi_connection, synchronous)
-
-    return connect
-
-
-def _sqlite_pragmas(dbapi_connection: Any, synchronous: str) -> None:
-    # We issue BEGIN ourselves (IMMEDIATE for writes) instead of the driver's implicit BEGIN.
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute(f"PRAGMA synchronous={synchronous}")
-    # A commit only appends to the WAL; the checkpoints (which wait on the disk) run on a
-    # thread of their own (sqlite_checkpoint), never inside a commit on the event loop.
-    cursor.execute("PRAGMA wal_autocheckpoint=0")
-    # Inline connections wait for locks on the event loop (sqlite_inline), never in SQLite.
-    inline = isinstance(dbapi_connection.driver_connection, sqlite_inline.InlineConnection)
-    cursor.execute(f"PRAGMA busy_timeout={0 if inline else SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    # A larger page cache (64 MiB, bounded) keeps big timer and order tables off the disk path.
-    cursor.execute("PRAGMA cache_size=-65536")
-    cursor.execute("PRAGMA temp_store=MEMORY")
-    cursor.close()
-
-
-def _sqlite_begin(conn: Any) -> None:
-    # A write takes the write lock at BEGIN, so two writers never deadlock on a lock upgrade.
-    mode = "DEFERRED" if conn.get_execution_options().get("dueflow_read") else "IMMEDIATE"
-    conn.exec_driver_sql(f"BEGIN {mode}")
 
 
 _IDLE_SINCE = "dueflow_idle_since"
@@ -176,11 +98,11 @@ class Liveness:
         """A protocol left mid-operation is a lost connection to SQLAlchemy too: the connection
         is replaced, with every one opened before it (not given back to the pool, where it
         failed the next request to take it)."""
-        if _protocol_broken(context.original_exception):
+        if protocol_broken(context.original_exception):
             context.is_disconnect = True
 
     def _lost(self, error: Any, dbapi_connection: Any) -> bool:
-        return _protocol_broken(error) or bool(
+        return protocol_broken(error) or bool(
             self.dialect.is_disconnect(error, dbapi_connection, None)
         )
 
@@ -214,71 +136,6 @@ class Liveness:
         if self._lost(orig, raw.dbapi_connection):
             self.dropped_at = time.monotonic()
             await conn.invalidate()
-
-
-def _protocol_broken(error: BaseException | None) -> bool:
-    """asyncpg's InternalClientError ("cannot switch to state 12; another operation (2) is in
-    progress"): the connection's protocol was left in the middle of an operation, so it can
-    never run another, though it is not closed. About one connection in ten that the server
-    terminates in the middle of a transaction fails so rather than as "connection is closed"
-    (the chaos soak's pg_terminate_backend); SQLAlchemy 2.1's asyncpg dialect does not count it
-    as a disconnect."""
-    return error is not None and type(error).__name__ == "InternalClientError"
-
-
-#: What the driver errors are translated to, with the message a client may see (an unreachable
-#: database is a DatabaseUnavailable, which names it).
-MESSAGES: dict[type[DueflowError], str] = {
-    Conflict: "the change conflicts with what is stored",
-    UnstorableValue: "a value cannot be stored: text the database refuses, or a number out of range",
-    Busy: "database busy, try again",
-    BackendUnavailable: DatabaseUnavailable().message,
-}
-#: Words of the lock errors that carry no SQLSTATE to go by (SQLite's, MySQL's lock wait).
-_LOCK_WORDS = ("locked", "busy", "deadlock", "could not serialize", "lock wait timeout")
-
-
-DriverError = exc.DBAPIError | exc.TimeoutError | UnicodeEncodeError
-
-
-def translate(error: DriverError) -> DueflowError:
-    """A driver error as dueflow's own, the driver's text logged and kept out of its message.
-
-    A constraint violation (SQLSTATE class 23) is a Conflict and a value the database cannot
-    hold (class 22, or text the driver cannot encode, such as a lone surrogate) is an
-    UnstorableValue: retrying the same request cannot help. A deadlock, serialization failure
-    (class 40) or lock wait is Busy; anything else (unreachable, no schema, no pooled
-    connection free in time) DatabaseUnavailable, logged a line a second at most however many
-    requests meet it (:func:`dueflow.logs.throttled`).
-    """
-    kind = _kind(error)
-    detail = error.orig if isinstance(error, exc.DBAPIError) else error
-    if kind is BackendUnavailable:
-        logs.throttled(
-            log, logging.WARNING, str(detail), "database unavailable: %s", detail or repr(detail)
-        )
-        return DatabaseUnavailable(MESSAGES[kind])
-    level = logging.INFO if kind in (Busy, Conflict) else logging.WARNING
-    log.log(level, "database error taken as %s: %s", kind.__name__, detail)
-    return kind(MESSAGES[kind])
-
-
-def _kind(error: DriverError) -> type[DueflowError]:
-    if isinstance(error, exc.TimeoutError):
-        return BackendUnavailable  # every pooled connection busy connecting or in use
-    if isinstance(error, UnicodeEncodeError | exc.DataError):
-        return UnstorableValue
-    if isinstance(error, exc.IntegrityError):
-        return Conflict
-    state = str(getattr(error.orig, "sqlstate", None) or "")
-    if state.startswith("22"):
-        return UnstorableValue
-    if state.startswith("23"):
-        return Conflict
-    text = str(error.orig).lower()
-    if state.startswith("40") or state == "55P03" or any(w in text for w in _LOCK_WORDS):
-        return Busy
-    return BackendUnavailable
 
 
 AfterCommit = Callable[[], Awaitable[None]]
@@ -342,7 +199,7 @@ class Database:
             engine = create_async_engine(full, **kwargs)
             _bounded_connect(engine)
             return cls(engine, liveness=Liveness(engine))
-        connect = _sqlite_connect(sqlite_synchronous)
+        connect = sqlite_connect(sqlite_synchronous)
         # With FULL a commit waits for an fsync of the WAL: that wait goes to a thread.
         creator = sqlite_inline.creator(
             parsed.database or "", commit_off_loop=sqlite_synchronous != "NORMAL"
@@ -357,7 +214,7 @@ class Database:
         threaded = create_async_engine(full, **kwargs)
         for engine in (inline, threaded):
             event.listen(engine.sync_engine, "connect", connect)
-            event.listen(engine.sync_engine, "begin", _sqlite_begin)
+            event.listen(engine.sync_engine, "begin", sqlite_begin)
         return cls(inline, threaded, sqlite_checkpoint.Checkpointer(parsed.database or ""))
 
     @property
