@@ -18,6 +18,7 @@ from dueflow.store._timers_common import (
     SCHEDULED,
     Claimed,
     by_token,
+    held_under,
     in_state,
     locking,
     new_token,
@@ -144,8 +145,7 @@ async def release_claims(conn: AsyncConnection, claimed: Sequence[Claimed]) -> i
     for token, ids in by_token(claimed):
         result = await conn.execute(
             update(timers)
-            .where(tally.among(conn, timers.c.id, ids), timers.c.claim_token == token)
-            .where(in_state(TimerState.CLAIMED))
+            .where(*held_under(conn, ids, token))
             .values(
                 state=TimerState.SCHEDULED.value,
                 attempts=timers.c.attempts - 1,
@@ -165,10 +165,7 @@ async def extend_lease(
     held = 0
     for token, ids in by_token(claimed):
         result = await conn.execute(
-            update(timers)
-            .where(tally.among(conn, timers.c.id, ids), timers.c.claim_token == token)
-            .where(in_state(TimerState.CLAIMED))
-            .values(lease_until=until)
+            update(timers).where(*held_under(conn, ids, token)).values(lease_until=until)
         )
         held += int(result.rowcount)
     return held
@@ -179,10 +176,6 @@ async def still_claimed(conn: AsyncConnection, claimed: Sequence[Claimed]) -> li
     over since (a handler's transaction that committed before a failure finished its timers)."""
     held: set[int] = set()
     for token, ids in by_token(claimed):
-        query = select(timers.c.id).where(
-            tally.among(conn, timers.c.id, ids),
-            timers.c.claim_token == token,
-            in_state(TimerState.CLAIMED),
-        )
+        query = select(timers.c.id).where(*held_under(conn, ids, token))
         held.update((await conn.execute(query)).scalars())
     return [t for t in claimed if t.id in held]

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import ColumnClause
 
 from dueflow.domain.timers import TimerKind, TimerState
+from dueflow.store import tally
 from dueflow.store.schema import timers
 
 SKIP_LOCKED_DIALECTS = {"postgresql", "mysql", "mariadb"}
@@ -100,3 +101,12 @@ def by_token(claimed: Sequence[Claimed]) -> list[tuple[str, list[int]]]:
     for timer in claimed:
         groups[timer.token].append(timer.id)
     return list(groups.items())
+
+
+def held_under(conn: AsyncConnection, ids: Sequence[int], token: str) -> tuple[Any, ...]:
+    """The guard of a statement on claims: these ids, still claimed under ``token``."""
+    return (
+        tally.among(conn, timers.c.id, ids),
+        timers.c.claim_token == token,
+        in_state(TimerState.CLAIMED),
+    )

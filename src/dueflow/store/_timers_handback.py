@@ -11,8 +11,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.timers import TimerState, backoff, is_stuck
-from dueflow.store import tally
-from dueflow.store._timers_common import Claimed, by_token, in_state, locking
+from dueflow.store._timers_common import Claimed, by_token, held_under, in_state, locking
 from dueflow.store.schema import timers
 
 
@@ -27,11 +26,7 @@ async def finish(
     for outcome, ids in by_outcome.items():
         result = await conn.execute(
             update(timers)
-            .where(
-                tally.among(conn, timers.c.id, ids),
-                timers.c.claim_token == token,
-                in_state(TimerState.CLAIMED),
-            )
+            .where(*held_under(conn, ids, token))
             .values(
                 state=TimerState.DONE.value,
                 outcome=outcome,
@@ -67,11 +62,7 @@ async def retry(
             ids = [t.id for t in group if t.token == token]
             result = await conn.execute(
                 update(timers)
-                .where(
-                    tally.among(conn, timers.c.id, ids),
-                    timers.c.claim_token == token,
-                    in_state(TimerState.CLAIMED),
-                )
+                .where(*held_under(conn, ids, token))
                 .values(
                     state=TimerState.SCHEDULED.value,
                     due_at=now + delay(attempts),
@@ -94,11 +85,7 @@ async def park(
     ours to park: not finished, retried or taken over since)."""
     parked: list[int] = []
     for token, ids in by_token(claimed):
-        guard = (
-            tally.among(conn, timers.c.id, ids),
-            timers.c.claim_token == token,
-            in_state(TimerState.CLAIMED),
-        )
+        guard = held_under(conn, ids, token)
         statement = (
             update(timers)
             .where(*guard)
