@@ -634,4 +634,5 @@ def main() -> None:
 __all__ = ["app", "main"]
 
 # Register `dueflow shows`, and `dueflow skus`, `coupons` and `flash`; they use the above.
-from dueflow import cli_shop, cli_shows  # noqa: E402
+from dueflow.cli import shop as cli_shop  # noqa: E402
+from dueflow.cli import shows as cli_shows  # noqa: E402

@@ -2,7 +2,7 @@
 (template, issue, list), ``dueflow flash`` (add, show), and the shop cases of ``dueflow orders
 place`` (``--sku 3x2,5x1 [--coupon ID]`` or ``--flash ID [--quantity N]``).
 
-Like :mod:`dueflow.cli_shows`, this module takes the error handling and the output consoles
+Like :mod:`dueflow.cli.shows`, this module takes the error handling and the output consoles
 from :mod:`dueflow.cli` and registers its typer apps there.
 """
 
