@@ -1,6 +1,6 @@
 """No import circles among dueflow's modules: the graph of every ``import`` in src/dueflow (at
 module level, inside functions and under ``TYPE_CHECKING`` alike: each says one module needs
-another) has no cycle but the one known below."""
+another) has no cycle."""
 
 from __future__ import annotations
 
@@ -9,12 +9,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-
-#: The one circle still there, allowed by name until it is taken apart: ``dueflow shows`` and
-#: ``dueflow skus | coupons | flash`` take ``_run``, ``_settings``, ``_with_deps``, ``app`` and
-#: ``out`` from cli/__init__.py, which imports them back to register them (another change of the same
-#: issue removes it; then delete these edges).
-KNOWN_CIRCLE = {("dueflow.cli.shop", "dueflow.cli"), ("dueflow.cli.shows", "dueflow.cli")}
 
 
 def module_name(path: Path) -> str:
@@ -91,11 +85,8 @@ def test_the_graph_is_read():
     assert "dueflow.store.db" in edges["dueflow.service.deps"]  # from a.b import C: a name
 
 
-def test_no_import_circles_but_the_known_one():
-    edges = graph()
-    for a, b in KNOWN_CIRCLE:
-        edges[a].discard(b)
-    assert list(cycles(edges)) == []
+def test_no_import_circles():
+    assert list(cycles(graph())) == []
 
 
 def test_the_api_calls_use_cases_only():

@@ -3,37 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import signal
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from dueflow.domain import text
-from dueflow.exceptions import ConfigError, DomainError, DueflowError
-
-
-class LazyModule:
-    """A module imported when a command first uses one of its names, not when ``dueflow``
-    starts: SQLAlchemy, the API, the payment providers and the timer backends take seconds to
-    import, and ``dueflow --help`` needs none of them (``tests/e2e/test_cli.py`` keeps
-    ``import dueflow.cli`` free of SQLAlchemy and FastAPI)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(importlib.import_module(self._name), attr)
-
+from dueflow.cli import shop as cli_shop
+from dueflow.cli import shows as cli_shows
+from dueflow.cli._common import (
+    LazyModule,
+    configure_logging,
+    err,
+    multiline,
+    one_line,
+    out,
+    run,
+    settings_or_exit,
+    with_deps,
+)
 
 if TYPE_CHECKING:
     from dueflow import bootstrap, render
-    from dueflow.config import Settings
     from dueflow.service import accounts, events, orders, payments, refunds, report
     from dueflow.service.deps import Deps
     from dueflow.store import migrate as migrations
@@ -50,8 +44,6 @@ else:
     migrations = LazyModule("dueflow.store.migrate")
     reconciler = LazyModule("dueflow.worker.reconciler")
 
-T = TypeVar("T")
-
 app: typer.Typer = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 users_app = typer.Typer(no_args_is_help=True, help="Manage users.")
 goods_app = typer.Typer(no_args_is_help=True, help="Put goods on sale.")
@@ -67,65 +59,10 @@ app.add_typer(payments_app, name="payments")
 app.add_typer(refunds_app, name="refunds")
 timers_app = typer.Typer(no_args_is_help=True, help="Run timers again.")
 app.add_typer(timers_app, name="timers")
-
-out = Console()
-err = Console(stderr=True)
-
-
-def _settings(**overrides: Any) -> Settings:
-    from dueflow.config import load_settings
-
-    try:
-        return load_settings(**overrides)
-    except ConfigError as exc:
-        err.print(f"[red]error:[/red] {exc.message}", soft_wrap=True)  # one line to grep
-        raise typer.Exit(2) from None
-
-
-def _run(
-    coro: Coroutine[Any, Any, T],
-    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
-) -> T:
-    """Run a coroutine (on a loop of ``loop_factory``, asyncio's by default), turning dueflow's
-    errors into a message and an exit status (2 for bad input or settings, 1 for everything
-    else)."""
-    try:
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
-            return runner.run(coro)
-    except (ConfigError, DomainError) as exc:
-        err.print(f"[red]error:[/red] {exc.message}", soft_wrap=True)
-        raise typer.Exit(2) from None
-    except DueflowError as exc:
-        err.print(f"[red]error:[/red] {exc.message}")
-        raise typer.Exit(1) from None
-
-
-def _line(value: str | None) -> str | None:
-    """A one-line text option as :mod:`dueflow.domain.text` allows it (a usage error, exit 2,
-    naming the option otherwise)."""
-    problem = None if value is None else text.refused_character(value)
-    if problem is not None:
-        raise typer.BadParameter(problem)
-    return value
-
-
-def _lines(value: str) -> str:
-    """A multi-line text option (a comment): tab and line breaks are kept."""
-    problem = text.refused_character(value, multiline=True)
-    if problem is not None:
-        raise typer.BadParameter(problem)
-    return value
-
-
-async def _with_deps(settings: Settings, action: Callable[[Deps], Awaitable[T]]) -> T:
-    async with bootstrap.running(settings) as deps:
-        return await action(deps)
-
-
-def _logging(verbose: bool, settings: Settings) -> None:
-    from dueflow import logs
-
-    logs.configure(verbose=verbose, json_lines=settings.log_format == "json")
+app.add_typer(cli_shop.skus_app, name="skus")
+app.add_typer(cli_shop.coupons_app, name="coupons")
+app.add_typer(cli_shop.flash_app, name="flash")
+app.add_typer(cli_shows.app, name="shows")
 
 
 @app.command()
@@ -133,7 +70,7 @@ def migrate() -> None:
     """Create or upgrade the database schema."""
     from dueflow.store.db import Database
 
-    settings = _settings()
+    settings = settings_or_exit()
 
     async def go() -> None:
         db = Database.from_url(
@@ -144,17 +81,19 @@ def migrate() -> None:
         finally:
             await db.dispose()
 
-    _run(go())
+    run(go())
     out.print(f"database at {settings.database_url} is up to date")
 
 
 @users_app.command("add")
 def users_add(
-    name: str = typer.Argument(..., callback=_line),
+    name: str = typer.Argument(..., callback=one_line),
     admin: bool = typer.Option(False, "--admin", help="Make an admin."),
 ) -> None:
     """Create a user and print its bearer token (shown once)."""
-    user, token = _run(_with_deps(_settings(), lambda d: accounts.add_user(d, name, admin=admin)))
+    user, token = run(
+        with_deps(settings_or_exit(), lambda d: accounts.add_user(d, name, admin=admin))
+    )
     role = "admin" if user.is_admin else "user"
     out.print(f"{role} {user.name} (id {user.id}) token: {token}", soft_wrap=True)
 
@@ -162,7 +101,7 @@ def users_add(
 @goods_app.command("add")
 def goods_add(
     seller: str = typer.Option(..., help="The selling user's name."),
-    title: str = typer.Option(..., callback=_line),
+    title: str = typer.Option(..., callback=one_line),
     price: str = typer.Option(..., help="Yuan, like 12.50."),
 ) -> None:
     """Put goods on sale for a seller."""
@@ -174,7 +113,7 @@ def goods_add(
     async def added(deps: Deps) -> dict[str, Any]:
         return await accounts.get_goods(deps, await go(deps))
 
-    item = _run(_with_deps(_settings(), added))
+    item = run(with_deps(settings_or_exit(), added))
     out.print(f"goods {item['id']} on sale: {item['title']} for {item['price']}")
 
 
@@ -208,7 +147,7 @@ def orders_place(
         order_id = await orders.place_order(deps, buyer_id=user.id, goods_id=goods)
         return await orders.order_view(deps, order_id)
 
-    view = _run(_with_deps(_settings(), go))
+    view = run(with_deps(settings_or_exit(), go))
     out.print(
         f"order {view['id']} {view['status']}: {view['amount']} due by "
         f"{view['pay_deadline']:%Y-%m-%d %H:%M:%S} UTC"
@@ -221,7 +160,7 @@ def _act(name: str, action: Callable[[Deps, int], Awaitable[Any]]) -> None:
         await action(deps, user.id)
         return "ok"
 
-    _run(_with_deps(_settings(), go))
+    run(with_deps(settings_or_exit(), go))
 
 
 @orders_app.command("cancel")
@@ -245,8 +184,8 @@ def orders_cancel(
 def orders_ship(
     order_id: int,
     user: str = typer.Option(..., "--as", help="The seller's name."),
-    carrier: str = typer.Option(..., callback=_line),
-    tracking_no: str = typer.Option(..., "--tracking-no", callback=_line),
+    carrier: str = typer.Option(..., callback=one_line),
+    tracking_no: str = typer.Option(..., "--tracking-no", callback=one_line),
 ) -> None:
     """The seller ships an order."""
     _act(
@@ -272,7 +211,7 @@ def orders_review(
     order_id: int,
     user: str = typer.Option(..., "--as", help="Buyer or seller name."),
     rating: int = typer.Option(..., min=1, max=5),
-    comment: str = typer.Option("", callback=_lines),
+    comment: str = typer.Option("", callback=multiline),
 ) -> None:
     """The buyer or the seller reviews a received order."""
     _act(
@@ -287,7 +226,7 @@ def orders_review(
 @orders_app.command("show")
 def orders_show(order_id: int) -> None:
     """Show an order with its timers and timeline."""
-    view = _run(_with_deps(_settings(), lambda d: orders.order_view(d, order_id)))
+    view = run(with_deps(settings_or_exit(), lambda d: orders.order_view(d, order_id)))
     render.print_order(out, view)
 
 
@@ -295,12 +234,14 @@ def orders_show(order_id: int) -> None:
 def payments_record(
     order_id: int,
     amount: str = typer.Option(..., help="Yuan received, like 12.50; must equal the order's."),
-    reference: str | None = typer.Option(None, help="Bank or receipt reference.", callback=_line),
+    reference: str | None = typer.Option(
+        None, help="Bank or receipt reference.", callback=one_line
+    ),
 ) -> None:
     """Record a payment received off-line (the manual provider)."""
-    pay_no, outcome = _run(
-        _with_deps(
-            _settings(),
+    pay_no, outcome = run(
+        with_deps(
+            settings_or_exit(),
             lambda d: payments.record_manual_payment(
                 d, order_id=order_id, amount=amount, reference=reference
             ),
@@ -321,8 +262,8 @@ def refunds_list(
     limit: int = typer.Option(100, min=1, max=100_000, help="At most this many, newest first."),
 ) -> None:
     """Refunds, newest first."""
-    rows = _run(
-        _with_deps(_settings(), lambda d: refunds.list_refunds(d, state=state, limit=limit))
+    rows = run(
+        with_deps(settings_or_exit(), lambda d: refunds.list_refunds(d, state=state, limit=limit))
     )
     table = Table("id", "refund no", "order", "provider", "amount", "reason", "state", "error")
     for r in rows:
@@ -342,14 +283,14 @@ def refunds_list(
 @refunds_app.command("approve")
 def refunds_approve(refund_id: int) -> None:
     """Approve a refund in review: it goes to the provider."""
-    state = _run(_with_deps(_settings(), lambda d: refunds.approve(d, refund_id)))
+    state = run(with_deps(settings_or_exit(), lambda d: refunds.approve(d, refund_id)))
     out.print(f"refund {refund_id} {state}")
 
 
 @refunds_app.command("retry")
 def refunds_retry(refund_id: int) -> None:
     """Retry a failed refund with the same refund number."""
-    state = _run(_with_deps(_settings(), lambda d: refunds.retry(d, refund_id)))
+    state = run(with_deps(settings_or_exit(), lambda d: refunds.retry(d, refund_id)))
     out.print(f"refund {refund_id} {state}")
 
 
@@ -357,11 +298,13 @@ def refunds_retry(refund_id: int) -> None:
 def refunds_reject(
     refund_id: int,
     reason: str = typer.Option(
-        ..., help="Why (1-200 characters): no money goes back.", callback=_line
+        ..., help="Why (1-200 characters): no money goes back.", callback=one_line
     ),
 ) -> None:
     """Reject a refund in review or failed, with a reason (final)."""
-    state = _run(_with_deps(_settings(), lambda d: refunds.reject(d, refund_id, reason=reason)))
+    state = run(
+        with_deps(settings_or_exit(), lambda d: refunds.reject(d, refund_id, reason=reason))
+    )
     out.print(f"refund {refund_id} {state}")
 
 
@@ -369,12 +312,16 @@ def refunds_reject(
 def refunds_settle_offline(
     refund_id: int,
     reference: str = typer.Option(
-        ..., help="The bank transfer's (or receipt's) reference, 1-200 characters.", callback=_line
+        ...,
+        help="The bank transfer's (or receipt's) reference, 1-200 characters.",
+        callback=one_line,
     ),
 ) -> None:
     """Record a refund in review or failed as paid back outside dueflow (final)."""
-    state = _run(
-        _with_deps(_settings(), lambda d: refunds.settle_offline(d, refund_id, reference=reference))
+    state = run(
+        with_deps(
+            settings_or_exit(), lambda d: refunds.settle_offline(d, refund_id, reference=reference)
+        )
     )
     out.print(f"refund {refund_id} {state}")
 
@@ -384,8 +331,8 @@ def timers_run_again(timer_id: int) -> None:
     """Run a parked timer again once its cause is fixed (or one past its deadline, now)."""
     from dueflow.service import operations
 
-    timer = _run(
-        _with_deps(_settings(), lambda d: operations.run_timer_now(d, timer_id, actor="cli"))
+    timer = run(
+        with_deps(settings_or_exit(), lambda d: operations.run_timer_now(d, timer_id, actor="cli"))
     )
     out.print(f"timer {timer_id} {timer['state']}, due now: a worker runs it within a second")
 
@@ -399,7 +346,7 @@ def scan() -> None:
     async def go(deps: Deps) -> Any:
         return await scan_once(Worker(deps))
 
-    result = _run(_with_deps(_settings(), go))
+    result = run(with_deps(settings_or_exit(), go))
     out.print(
         f"scan: claimed {result.claimed} timers in {result.batches} batches, "
         f"{result.failed_batches} failed, {result.errors} errors, {result.seconds * 1000:.1f} ms"
@@ -414,7 +361,7 @@ def status() -> None:
     async def go(deps: Deps) -> tuple[report.Snapshot, report.Invariants]:
         return await report.snapshot(deps), await report.check_invariants(deps)
 
-    snapshot, invariants = _run(_with_deps(_settings(), go))
+    snapshot, invariants = run(with_deps(settings_or_exit(), go))
     render.print_snapshot(out, snapshot)
     out.print(render.invariants_table(invariants))
 
@@ -434,8 +381,8 @@ def worker(
     from dueflow.worker.runner import Worker, run_feeder
     from dueflow.worker.scanner import run_scanner
 
-    settings = _settings()
-    _logging(verbose, settings)
+    settings = settings_or_exit()
+    configure_logging(verbose, settings)
 
     async def go(deps: Deps) -> None:
         await migrations.require_head(deps.db)  # exits 2 over a schema not migrated
@@ -468,7 +415,7 @@ def worker(
         await asyncio.gather(*tasks)
         err.print(f"worker stopped after {runner.stats.claimed} timers")
 
-    _run(_with_deps(settings, go))
+    run(with_deps(settings, go))
 
 
 @app.command()
@@ -496,9 +443,9 @@ def serve(
     and its keys are handed to dueflow's settings."""
     from dueflow import server
 
-    settings = _settings()
-    _logging(verbose, settings)
-    _run(
+    settings = settings_or_exit()
+    configure_logging(verbose, settings)
+    run(
         server.serve(
             settings,
             host=host,
@@ -606,7 +553,7 @@ def demo(
                 live=live,
                 console=out,
             )
-        raise typer.Exit(0 if _run(sale) else 1)
+        raise typer.Exit(0 if run(sale) else 1)
     from dueflow.demo import marketplace as demo_module
     from dueflow.demo import shop as demo_shop
     from dueflow.demo import tickets as demo_tickets
@@ -623,7 +570,7 @@ def demo(
         sale = demo_module.run(
             orders=orders_count, speed=speed, db=db, seed=seed, live=live, console=out
         )
-    raise typer.Exit(0 if _run(sale) else 1)
+    raise typer.Exit(0 if run(sale) else 1)
 
 
 def main() -> None:
@@ -632,7 +579,3 @@ def main() -> None:
 
 
 __all__ = ["app", "main"]
-
-# Register `dueflow shows`, and `dueflow skus`, `coupons` and `flash`; they use the above.
-from dueflow.cli import shop as cli_shop  # noqa: E402
-from dueflow.cli import shows as cli_shows  # noqa: E402

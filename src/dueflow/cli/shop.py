@@ -2,8 +2,8 @@
 (template, issue, list), ``dueflow flash`` (add, show), and the shop cases of ``dueflow orders
 place`` (``--sku 3x2,5x1 [--coupon ID]`` or ``--flash ID [--quantity N]``).
 
-Like :mod:`dueflow.cli.shows`, this module takes the error handling and the output consoles
-from :mod:`dueflow.cli` and registers its typer apps there.
+It takes the error handling and the output consoles from :mod:`dueflow.cli._common`;
+:mod:`dueflow.cli` registers its typer apps.
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from dueflow import cli
+from dueflow.cli._common import LazyModule, one_line, out, run, settings_or_exit, with_deps
 from dueflow.domain.money import parse_yuan
 
 if TYPE_CHECKING:
     from dueflow import render
     from dueflow.service import accounts, shop, shop_overview
     from dueflow.service.deps import Deps
-else:  # imported when a command runs (see cli.LazyModule)
-    render = cli.LazyModule("dueflow.render")
-    accounts = cli.LazyModule("dueflow.service.accounts")
-    shop = cli.LazyModule("dueflow.service.shop")
-    shop_overview = cli.LazyModule("dueflow.service.shop_overview")
+else:  # imported when a command runs (see LazyModule)
+    render = LazyModule("dueflow.render")
+    accounts = LazyModule("dueflow.service.accounts")
+    shop = LazyModule("dueflow.service.shop")
+    shop_overview = LazyModule("dueflow.service.shop_overview")
 
 skus_app = typer.Typer(no_args_is_help=True, help="Put SKUs on sale, restock them, read them.")
 coupons_app = typer.Typer(no_args_is_help=True, help="Coupon templates and coupons.")
@@ -44,7 +44,7 @@ def _when(value: Any) -> str:
 
 
 def _say(text: str) -> None:
-    cli.out.print(text, soft_wrap=True, highlight=False, markup=False)
+    out.print(text, soft_wrap=True, highlight=False, markup=False)
 
 
 def _units(sku: dict[str, Any]) -> str:
@@ -75,7 +75,7 @@ def sku_lines(value: str) -> list[dict[str, int]]:
 @skus_app.command("add")
 def skus_add(
     seller: str = typer.Option(..., help="The selling user's name."),
-    title: str = typer.Option(..., callback=cli._line),
+    title: str = typer.Option(..., callback=one_line),
     price: str = typer.Option(..., help="Yuan, like 25.00."),
     stock: int = typer.Option(..., help="Units on sale."),
 ) -> None:
@@ -85,7 +85,7 @@ def skus_add(
         user = await accounts.get_user(deps, seller)
         return await shop.create_sku(deps, seller_id=user.id, title=title, price=price, stock=stock)
 
-    sku = cli._run(cli._with_deps(cli._settings(), go))
+    sku = run(with_deps(settings_or_exit(), go))
     _say(f"sku {sku['id']} on sale: {sku['title']} at {sku['price']}, {sku['stock']} in stock")
 
 
@@ -101,14 +101,14 @@ def skus_restock(
         user = await accounts.get_user(deps, seller)
         return await shop.restock(deps, sku_id=sku_id, user_id=user.id, quantity=quantity)
 
-    sku = cli._run(cli._with_deps(cli._settings(), go))
+    sku = run(with_deps(settings_or_exit(), go))
     _say(f"sku {sku['id']} restocked: {_units(sku)}")
 
 
 @skus_app.command("show")
 def skus_show(sku_id: int) -> None:
     """A SKU, its units and its flash sales."""
-    sku = cli._run(cli._with_deps(cli._settings(), lambda d: shop_overview.sku_page(d, sku_id, 0)))
+    sku = run(with_deps(settings_or_exit(), lambda d: shop_overview.sku_page(d, sku_id, 0)))
     _say(
         f"sku {sku['id']} {sku['title']} at {sku['price']}, seller {sku['seller']}"
         f" (user {sku['seller_id']}): {_units(sku)}"
@@ -122,9 +122,7 @@ def skus_list(
     limit: int = typer.Option(100, min=1, max=10_000, help="At most this many, newest first."),
 ) -> None:
     """SKUs with their units, newest first."""
-    rows = cli._run(
-        cli._with_deps(cli._settings(), lambda d: shop_overview.skus_overview(d, limit))
-    )
+    rows = run(with_deps(settings_or_exit(), lambda d: shop_overview.skus_overview(d, limit)))
     table = Table("id", "title", "seller", "price", "stock", "held", "sold", "stocked")
     for s in rows:
         table.add_row(
@@ -134,7 +132,7 @@ def skus_list(
             str(s["price"]),
             *(str(s[n]) for n in ("stock", "held", "sold", "stocked")),
         )
-    cli.out.print(table)
+    out.print(table)
 
 
 # --- coupons --------------------------------------------------------------------------------
@@ -147,7 +145,7 @@ def coupons_template(
     minimum: str = typer.Option("0", "--min", help="Smallest order it applies to, in yuan."),
     days: int = typer.Option(30, min=1, max=MAX_DAYS, help="Valid from now for this many days."),
     total: int = typer.Option(..., help="How many coupons may be issued."),
-    title: str | None = typer.Option(None, callback=cli._line, help="Default: '<off> off'."),
+    title: str | None = typer.Option(None, callback=one_line, help="Default: '<off> off'."),
 ) -> None:
     """A coupon template of a seller, valid from now."""
 
@@ -165,7 +163,7 @@ def coupons_template(
             total=total,
         )
 
-    tpl = cli._run(cli._with_deps(cli._settings(), go))
+    tpl = run(with_deps(settings_or_exit(), go))
     _say(
         f"coupon template {tpl['id']} ({tpl['title']}): {tpl['amount_off']} off orders of at"
         f" least {tpl['min_amount']}, valid until {_when(tpl['valid_until'])},"
@@ -190,7 +188,7 @@ def coupons_issue(
             admin=True,
         )
 
-    coupon = cli._run(cli._with_deps(cli._settings(), go))
+    coupon = run(with_deps(settings_or_exit(), go))
     _say(
         f"coupon {coupon['id']} issued to {to}: {coupon['amount_off']} off orders of at least"
         f" {coupon['min_amount']}, valid until {_when(coupon['valid_until'])}"
@@ -205,7 +203,7 @@ def coupons_list(user: str = typer.Option(..., help="The owner's name.")) -> Non
         owner = await accounts.get_user(deps, user)
         return await shop.coupons_of(deps, owner.id)
 
-    rows = cli._run(cli._with_deps(cli._settings(), go))
+    rows = run(with_deps(settings_or_exit(), go))
     table = Table("id", "title", "seller", "off", "min", "state", "order", "valid until")
     for c in rows:
         table.add_row(
@@ -218,7 +216,7 @@ def coupons_list(user: str = typer.Option(..., help="The owner's name.")) -> Non
             "" if c["order_id"] is None else str(c["order_id"]),
             _when(c["valid_until"]),
         )
-    cli.out.print(table)
+    out.print(table)
 
 
 # --- flash sales ----------------------------------------------------------------------------
@@ -259,7 +257,7 @@ def flash_add(
         )
         return {**sale, "window": shop_overview.window(sale, now)}
 
-    _say(_sale_line(cli._run(cli._with_deps(cli._settings(), go))))
+    _say(_sale_line(run(with_deps(settings_or_exit(), go))))
 
 
 @flash_app.command("show")
@@ -270,7 +268,7 @@ def flash_show(sale_id: int) -> None:
         sale = await shop.flash_sale_view(deps, sale_id)
         return {**sale, "window": shop_overview.window(sale, deps.clock.now())}
 
-    _say(_sale_line(cli._run(cli._with_deps(cli._settings(), go))))
+    _say(_sale_line(run(with_deps(settings_or_exit(), go))))
 
 
 # --- orders ---------------------------------------------------------------------------------
@@ -305,13 +303,8 @@ def place_units(
             )
         return await shop.place_shop_order(deps, buyer_id=user.id, lines=lines, coupon_id=coupon)
 
-    view = cli._run(cli._with_deps(cli._settings(), go))
+    view = run(with_deps(settings_or_exit(), go))
     _say(
         f"order {view['id']} ({view['order_type']}) {view['status']}: {view['amount']} for"
         f" {render.lines_text(view['lines'])}, due by {_when(view['pay_deadline'])}"
     )
-
-
-cli.app.add_typer(skus_app, name="skus")
-cli.app.add_typer(coupons_app, name="coupons")
-cli.app.add_typer(flash_app, name="flash")

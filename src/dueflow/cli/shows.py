@@ -2,9 +2,8 @@
 place``: an organizer puts a show on sale with its seat map, anyone reads it as a grid in the
 terminal, the organizer cancels it.
 
-This module takes the error handling and the output consoles from :mod:`dueflow.cli` and
-registers its typer app there, so both import orders work (``cli`` first, as the ``dueflow``
-program does, or this module first).
+It takes the error handling and the output consoles from :mod:`dueflow.cli._common`;
+:mod:`dueflow.cli` registers its typer app.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dueflow import cli
+from dueflow.cli._common import LazyModule, one_line, out, run, settings_or_exit, with_deps
 from dueflow.domain import seating, times
 from dueflow.domain.money import parse_yuan
 from dueflow.exceptions import InvalidInput
@@ -26,10 +25,10 @@ if TYPE_CHECKING:
     from dueflow.service import accounts, tickets
     from dueflow.service.deps import Deps
     from dueflow.store import shows as show_states
-else:  # imported when a command runs (see cli.LazyModule)
-    accounts = cli.LazyModule("dueflow.service.accounts")
-    tickets = cli.LazyModule("dueflow.service.tickets")
-    show_states = cli.LazyModule("dueflow.store.shows")
+else:  # imported when a command runs (see LazyModule)
+    accounts = LazyModule("dueflow.service.accounts")
+    tickets = LazyModule("dueflow.service.tickets")
+    show_states = LazyModule("dueflow.store.shows")
 
 app = typer.Typer(no_args_is_help=True, help="Put shows on sale, read their seat maps, cancel.")
 
@@ -99,8 +98,8 @@ def _tiers(seats: Sequence[seating.SeatSpec]) -> str:
 def shows_add(
     price: Annotated[list[str], typer.Option(help="A section's price in yuan: A=380 (repeat).")],
     organizer: str = typer.Option(..., help="The organizing user's name."),
-    title: str = typer.Option(..., callback=cli._line),
-    venue: str = typer.Option(..., callback=cli._line),
+    title: str = typer.Option(..., callback=one_line),
+    venue: str = typer.Option(..., callback=one_line),
     starts_at: str = typer.Option(..., help="ISO 8601 with offset: 2026-12-24T19:30:00+08:00."),
     sales_close_at: str = typer.Option(..., help="ISO 8601 with offset; at or before the start."),
     limit: int = typer.Option(
@@ -126,8 +125,8 @@ def shows_add(
         )
         return show_id, specs
 
-    show_id, specs = cli._run(cli._with_deps(cli._settings(), go))
-    cli.out.print(
+    show_id, specs = run(with_deps(settings_or_exit(), go))
+    out.print(
         f"show {show_id} on sale: {title} at {venue}, {len(specs)} seats ({_tiers(specs)})",
         soft_wrap=True,
     )
@@ -140,24 +139,22 @@ def shows_show(show_id: int) -> None:
     async def go(deps: Deps) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         return await tickets.show_view(deps, show_id), await tickets.seat_map(deps, show_id)
 
-    show, seats = cli._run(cli._with_deps(cli._settings(), go))
+    show, seats = run(with_deps(settings_or_exit(), go))
     counts = show["seats"]
-    cli.out.print(
+    out.print(
         f"show {show['id']} {show['status']}: {show['title']} at {show['venue']}  "
         f"organizer {show['organizer_id']}  limit {show['seat_limit']} seats a buyer",
         soft_wrap=True,
         highlight=False,
     )
-    cli.out.print(f"  starts at: {show['starts_at']:%Y-%m-%d %H:%M:%S} UTC", highlight=False)
-    cli.out.print(
-        f"  sales close at: {show['sales_close_at']:%Y-%m-%d %H:%M:%S} UTC", highlight=False
-    )
-    cli.out.print(
+    out.print(f"  starts at: {show['starts_at']:%Y-%m-%d %H:%M:%S} UTC", highlight=False)
+    out.print(f"  sales close at: {show['sales_close_at']:%Y-%m-%d %H:%M:%S} UTC", highlight=False)
+    out.print(
         f"  seats: {counts['free']} free, {counts['held']} held, {counts['sold']} sold",
         highlight=False,
     )
     for line in seat_grid(seats):
-        cli.out.print(line, highlight=False, markup=False, soft_wrap=True)
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command("cancel")
@@ -171,9 +168,9 @@ def shows_cancel(
         organizer = await accounts.get_user(deps, user)
         return await tickets.cancel_show(deps, show_id=show_id, user_id=organizer.id)
 
-    count = cli._run(cli._with_deps(cli._settings(), go))
+    count = run(with_deps(settings_or_exit(), go))
     orders = "1 live order" if count == 1 else f"{count} live orders"
-    cli.out.print(f"show {show_id} cancelled: {orders} to cancel (by the worker)")
+    out.print(f"show {show_id} cancelled: {orders} to cancel (by the worker)")
 
 
 def place_seats(show_id: int, seats: str, buyer: str) -> None:
@@ -186,14 +183,11 @@ def place_seats(show_id: int, seats: str, buyer: str) -> None:
             deps, buyer_id=user.id, show_id=show_id, labels=seat_labels(seats)
         )
 
-    view = cli._run(cli._with_deps(cli._settings(), go))
+    view = run(with_deps(settings_or_exit(), go))
     held = ", ".join(line["label"] for line in view["lines"])
-    cli.out.print(
+    out.print(
         f"order {view['id']} {view['status']}: {view['amount']} for seats {held} of show "
         f"{show_id}, due by {view['pay_deadline']:%Y-%m-%d %H:%M:%S} UTC",
         soft_wrap=True,
         highlight=False,
     )
-
-
-cli.app.add_typer(app, name="shows")
