@@ -30,7 +30,7 @@ def serve(
     """Serve the HTTP app (on uvloop and httptools) with the worker, the scanner and the feeder.
     In the dev profile with no provider configured, the payment simulator is mounted at /sim
     and its keys are handed to dueflow's settings."""
-    from dueflow import server
+    from dueflow.cli import server
 
     settings = settings_or_exit()
     configure_logging(verbose, settings)
