@@ -30,12 +30,12 @@ def serve(
     """Serve the HTTP app (on uvloop and httptools) with the worker, the scanner and the feeder.
     In the dev profile with no provider configured, the payment simulator is mounted at /sim
     and its keys are handed to dueflow's settings."""
-    from dueflow.cli import server
+    from dueflow.cli import server, supervisor
 
     settings = settings_or_exit()
     configure_logging(verbose, settings)
     run(
-        server.serve(
+        supervisor.serve(
             settings,
             host=host,
             port=port,
