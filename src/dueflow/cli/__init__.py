@@ -9,7 +9,7 @@ command groups registered on it, one module each.
 - ``users.py``, ``goods.py``, ``orders.py``, ``payments.py``, ``refunds.py``, ``shows.py`` and
   ``shop.py`` (``skus``, ``coupons``, ``flash``): the groups of those names
 
-A command imports the modules it needs when it runs (:class:`_common.LazyModule`), so
+A command imports the modules it needs when it runs (:mod:`dueflow.cli._lazy`), so
 ``dueflow --help`` starts without SQLAlchemy, the API or the providers.
 """
 

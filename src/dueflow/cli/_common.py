@@ -1,41 +1,24 @@
 """What every command group of :mod:`dueflow.cli` shares: the output consoles, the settings (exit
 2 when they are wrong), running a command's coroutine (dueflow's errors become a message and an
-exit status), the dependencies of a command, one-line and comment options, logging, and the
-modules a command imports only when it runs (:class:`LazyModule`)."""
+exit status), the dependencies of a command, one-line and comment options, and logging. The
+modules a command imports when it runs are in :mod:`dueflow.cli._lazy`."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 
+from dueflow.cli._lazy import bootstrap
 from dueflow.domain import text
 from dueflow.exceptions import ConfigError, DomainError, DueflowError
 
-
-class LazyModule:
-    """A module imported when a command first uses one of its names, not when ``dueflow``
-    starts: SQLAlchemy, the API, the payment providers and the timer backends take seconds to
-    import, and ``dueflow --help`` needs none of them (``tests/e2e/test_cli.py`` keeps
-    ``import dueflow.cli`` free of SQLAlchemy and FastAPI)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(importlib.import_module(self._name), attr)
-
-
 if TYPE_CHECKING:
-    from dueflow import bootstrap
     from dueflow.config import Settings
     from dueflow.service.deps import Deps
-else:
-    bootstrap = LazyModule("dueflow.bootstrap")
 
 T = TypeVar("T")
 

@@ -6,13 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from dueflow.cli._common import LazyModule, one_line, out, run, settings_or_exit, with_deps
+from dueflow.cli._common import one_line, out, run, settings_or_exit, with_deps
+from dueflow.cli._lazy import accounts
 
 if TYPE_CHECKING:
-    from dueflow.service import accounts
     from dueflow.service.deps import Deps
-else:  # imported when a command runs (see _common.LazyModule)
-    accounts = LazyModule("dueflow.service.accounts")
 
 app = typer.Typer(no_args_is_help=True, help="Put goods on sale.")
 

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from dueflow.cli._common import LazyModule, out, run, settings_or_exit
-
-if TYPE_CHECKING:
-    from dueflow.store import migrate as migrations
-else:  # imported when a command runs (see _common.LazyModule)
-    migrations = LazyModule("dueflow.store.migrate")
+from dueflow.cli._common import out, run, settings_or_exit
+from dueflow.cli._lazy import migrations
 
 
 def migrate() -> None:

@@ -11,7 +11,6 @@ import typer
 from dueflow.cli import shop as cli_shop
 from dueflow.cli import shows as cli_shows
 from dueflow.cli._common import (
-    LazyModule,
     multiline,
     one_line,
     out,
@@ -19,15 +18,10 @@ from dueflow.cli._common import (
     settings_or_exit,
     with_deps,
 )
+from dueflow.cli._lazy import accounts, orders, render
 
 if TYPE_CHECKING:
-    from dueflow import render
-    from dueflow.service import accounts, orders
     from dueflow.service.deps import Deps
-else:  # imported when a command runs (see _common.LazyModule)
-    render = LazyModule("dueflow.render")
-    accounts = LazyModule("dueflow.service.accounts")
-    orders = LazyModule("dueflow.service.orders")
 
 app = typer.Typer(no_args_is_help=True, help="Place and inspect orders.")
 

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 
-from dueflow.cli._common import LazyModule, err, one_line, out, run, settings_or_exit, with_deps
-
-if TYPE_CHECKING:
-    from dueflow.service import payments
-else:  # imported when a command runs (see _common.LazyModule)
-    payments = LazyModule("dueflow.service.payments")
+from dueflow.cli._common import err, one_line, out, run, settings_or_exit, with_deps
+from dueflow.cli._lazy import payments
 
 app = typer.Typer(no_args_is_help=True, help="Record payments.")
 

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 from rich.table import Table
 
-from dueflow.cli._common import LazyModule, one_line, out, run, settings_or_exit, with_deps
-
-if TYPE_CHECKING:
-    from dueflow.service import refunds
-else:  # imported when a command runs (see _common.LazyModule)
-    refunds = LazyModule("dueflow.service.refunds")
+from dueflow.cli._common import one_line, out, run, settings_or_exit, with_deps
+from dueflow.cli._lazy import refunds
 
 app = typer.Typer(
     no_args_is_help=True, help="Review refunds: approve, retry, reject, settle off-line."

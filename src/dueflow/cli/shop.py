@@ -15,18 +15,12 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from dueflow.cli._common import LazyModule, one_line, out, run, settings_or_exit, with_deps
+from dueflow.cli._common import one_line, out, run, settings_or_exit, with_deps
+from dueflow.cli._lazy import accounts, render, shop, shop_overview
 from dueflow.domain.money import parse_yuan
 
 if TYPE_CHECKING:
-    from dueflow import render
-    from dueflow.service import accounts, shop, shop_overview
     from dueflow.service.deps import Deps
-else:  # imported when a command runs (see LazyModule)
-    render = LazyModule("dueflow.render")
-    accounts = LazyModule("dueflow.service.accounts")
-    shop = LazyModule("dueflow.service.shop")
-    shop_overview = LazyModule("dueflow.service.shop_overview")
 
 skus_app = typer.Typer(no_args_is_help=True, help="Put SKUs on sale, restock them, read them.")
 coupons_app = typer.Typer(no_args_is_help=True, help="Coupon templates and coupons.")

@@ -16,19 +16,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dueflow.cli._common import LazyModule, one_line, out, run, settings_or_exit, with_deps
+from dueflow.cli._common import one_line, out, run, settings_or_exit, with_deps
+from dueflow.cli._lazy import accounts, show_states, tickets
 from dueflow.domain import seating, times
 from dueflow.domain.money import parse_yuan
 from dueflow.exceptions import InvalidInput
 
 if TYPE_CHECKING:
-    from dueflow.service import accounts, tickets
     from dueflow.service.deps import Deps
-    from dueflow.store import shows as show_states
-else:  # imported when a command runs (see LazyModule)
-    accounts = LazyModule("dueflow.service.accounts")
-    tickets = LazyModule("dueflow.service.tickets")
-    show_states = LazyModule("dueflow.store.shows")
 
 app = typer.Typer(no_args_is_help=True, help="Put shows on sale, read their seat maps, cancel.")
 

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dueflow.cli._common import LazyModule, out, run, settings_or_exit, with_deps
+from dueflow.cli._common import out, run, settings_or_exit, with_deps
+from dueflow.cli._lazy import render, report
 
 if TYPE_CHECKING:
-    from dueflow import render
-    from dueflow.service import report
     from dueflow.service.deps import Deps
-else:  # imported when a command runs (see _common.LazyModule)
-    render = LazyModule("dueflow.render")
-    report = LazyModule("dueflow.service.report")
 
 
 def status() -> None:

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 
-from dueflow.cli._common import LazyModule, one_line, out, run, settings_or_exit, with_deps
-
-if TYPE_CHECKING:
-    from dueflow.service import accounts
-else:  # imported when a command runs (see _common.LazyModule)
-    accounts = LazyModule("dueflow.service.accounts")
+from dueflow.cli._common import one_line, out, run, settings_or_exit, with_deps
+from dueflow.cli._lazy import accounts
 
 app = typer.Typer(no_args_is_help=True, help="Manage users.")
 

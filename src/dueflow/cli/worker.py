@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from dueflow.cli._common import (
-    LazyModule,
     configure_logging,
     err,
     out,
@@ -18,19 +17,10 @@ from dueflow.cli._common import (
     settings_or_exit,
     with_deps,
 )
+from dueflow.cli._lazy import bootstrap, events, migrations, reconciler, report
 
 if TYPE_CHECKING:
-    from dueflow import bootstrap
-    from dueflow.service import events, report
     from dueflow.service.deps import Deps
-    from dueflow.store import migrate as migrations
-    from dueflow.worker import reconciler
-else:  # imported when a command runs (see _common.LazyModule)
-    bootstrap = LazyModule("dueflow.bootstrap")
-    events = LazyModule("dueflow.service.events")
-    report = LazyModule("dueflow.service.report")
-    migrations = LazyModule("dueflow.store.migrate")
-    reconciler = LazyModule("dueflow.worker.reconciler")
 
 
 def scan() -> None:
