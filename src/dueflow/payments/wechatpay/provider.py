@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
@@ -46,56 +45,14 @@ from dueflow.payments.base import (
     VerifiedPayment,
 )
 from dueflow.payments.money_wire import WECHAT_MAX_AMOUNT, parse_wechat_total, wechat_total
-from dueflow.payments.wechatpay import signing
+from dueflow.payments.wechatpay import _wire, signing
+from dueflow.payments.wechatpay._wire import DESCRIPTION_BYTES, PublicKeyLike
 
-__all__ = ["MAX_NOTIFICATION_BYTES", "WechatPayProvider"]
+__all__ = ["DESCRIPTION_BYTES", "MAX_NOTIFICATION_BYTES", "WechatPayProvider"]
 
 MAX_NOTIFICATION_BYTES = 64 * 1024
-CST = timezone(timedelta(hours=8), "CST")
 NATIVE_PATH = "/v3/pay/transactions/native"
 REFUNDS_PATH = "/v3/refund/domestic/refunds"
-#: The most a native order's ``description`` holds, in UTF-8 bytes.
-DESCRIPTION_BYTES = 127
-
-PublicKeyLike = rsa_keys.RSAPublicKey | str | bytes
-
-_REFUND_STATUS = {
-    "SUCCESS": RefundResult.SUCCEEDED,
-    "PROCESSING": RefundResult.PROCESSING,
-    "CLOSED": RefundResult.FAILED,
-    "ABNORMAL": RefundResult.FAILED,
-}
-_REFUND_EVENTS = {
-    "REFUND.SUCCESS": RefundResult.SUCCEEDED,
-    "REFUND.ABNORMAL": RefundResult.FAILED,
-    "REFUND.CLOSED": RefundResult.FAILED,
-}
-# 4xx codes that say nothing about the refund itself: the request was not processed.
-_NOT_DEFINITE = {"SIGN_ERROR", "SYSTEM_ERROR", "FREQUENCY_LIMITED", "FREQUENCY_LIMIT_EXCEED"}
-
-
-@dataclass(frozen=True)
-class _Answer:
-    """A verified answer: its status and JSON object body (empty for a 204)."""
-
-    status: int
-    body: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def code(self) -> str:
-        code = self.body.get("code")
-        return code if isinstance(code, str) else ""
-
-    def describe(self) -> str:
-        message = self.body.get("message")
-        text = f"HTTP {self.status}"
-        if self.code:
-            text += f" {self.code}"
-        if isinstance(message, str) and message:
-            text += f": {message}"
-        return text
-
-
 #: How far WeChat Pay's clock may be ahead of ours.
 CLOCK_SKEW = timedelta(minutes=2)
 
@@ -154,7 +111,7 @@ class WechatPayProvider(PaymentProvider):
         )
         if not platform_keys:
             raise ConfigError("WeChat Pay needs at least one platform key")
-        self._keys = {serial: _public_key(key) for serial, key in platform_keys.items()}
+        self._keys = {serial: _wire.public_key(key) for serial, key in platform_keys.items()}
         self._public_key_id = next(
             (s for s in self._keys if s.startswith(signing.PUBLIC_KEY_ID_PREFIX)), None
         )
@@ -186,9 +143,9 @@ class WechatPayProvider(PaymentProvider):
         payload = {
             "appid": self._appid,
             "mchid": self._mchid,
-            "description": _description(subject),
+            "description": _wire.description(subject),
             "out_trade_no": attempt.pay_no,
-            "time_expire": _rfc3339(attempt.expires_at),
+            "time_expire": _wire.rfc3339(attempt.expires_at),
             "notify_url": self._notify_url,
             "amount": {"total": wechat_total(attempt.amount), "currency": "CNY"},
         }
@@ -210,7 +167,7 @@ class WechatPayProvider(PaymentProvider):
             )
 
     async def _close_or_query(self, attempt: Attempt, now: datetime) -> CloseOutcome:
-        path = f"/v3/pay/transactions/out-trade-no/{_segment(attempt.pay_no)}"
+        path = f"/v3/pay/transactions/out-trade-no/{_wire.segment(attempt.pay_no)}"
         try:
             closed = await self._call("POST", f"{path}/close", {"mchid": self._mchid})
         except ProviderUnavailable:
@@ -268,7 +225,7 @@ class WechatPayProvider(PaymentProvider):
             raise MalformedNotification(f"the notification is over {MAX_NOTIFICATION_BYTES} bytes")
         signing.verify_headers(headers, body, keys=self._keys, now=now)
         resource = signing.decrypt_notification(body, self._api_v3_key)
-        event_type = _event_type(body)
+        event_type = _wire.event_type(body)
         if resource.get("mchid") != self._mchid:
             raise WrongMerchant(f"the notification is for merchant {resource.get('mchid')!r}")
         if "appid" in resource and resource["appid"] != self._appid:
@@ -282,24 +239,24 @@ class WechatPayProvider(PaymentProvider):
                 payment.pay_no,
                 amount=payment.amount,
                 provider_trade_no=payment.provider_trade_no,
-                state=_text(resource, "trade_state", required=False),
+                state=_wire.text(resource, "trade_state", required=False),
             )
-        refund_result = _REFUND_EVENTS.get(event_type)
+        refund_result = _wire.REFUND_EVENTS.get(event_type)
         if refund_result is not None:
             amount = resource.get("amount")
             refunded = amount.get("refund") if isinstance(amount, dict) else None
             return ProviderNotification(
                 NotificationEvent.REFUND,
-                _text(resource, "out_trade_no"),
+                _wire.text(resource, "out_trade_no"),
                 amount=None if refunded is None else parse_wechat_total(refunded),
-                provider_trade_no=_text(resource, "transaction_id", required=False) or None,
-                refund_no=_text(resource, "out_refund_no"),
+                provider_trade_no=_wire.text(resource, "transaction_id", required=False) or None,
+                refund_no=_wire.text(resource, "out_refund_no"),
                 refund=RefundOutcome(refund_result, event_type),
-                state=_text(resource, "refund_status", required=False),
+                state=_wire.text(resource, "refund_status", required=False),
             )
         return ProviderNotification(
             NotificationEvent.OTHER,
-            _text(resource, "out_trade_no", required=False),
+            _wire.text(resource, "out_trade_no", required=False),
             state=event_type,
         )
 
@@ -323,18 +280,18 @@ class WechatPayProvider(PaymentProvider):
             answer = await self._call("POST", REFUNDS_PATH, payload)
         except ProviderUnavailable as exc:
             return RefundOutcome(RefundResult.UNKNOWN, exc.message)
-        return _refund_outcome(answer, request)
+        return _wire.refund_outcome(answer, request)
 
     async def refund_status(self, request: RefundRequest) -> RefundOutcome:
         """Where the refund stands now, by ``refund_no``: 404 ``RESOURCE_NOT_EXISTS`` is
         :attr:`RefundResult.NOT_FOUND` (never a failure); any other error is unknown, since a
         query's error says nothing about the refund itself."""
         try:
-            answer = await self._call("GET", f"{REFUNDS_PATH}/{_segment(request.refund_no)}")
+            answer = await self._call("GET", f"{REFUNDS_PATH}/{_wire.segment(request.refund_no)}")
         except ProviderUnavailable as exc:
             return RefundOutcome(RefundResult.UNKNOWN, exc.message)
         if answer.status == 200:
-            return _refund_found(answer, request)
+            return _wire.refund_found(answer, request)
         if answer.status == 404 and answer.code == "RESOURCE_NOT_EXISTS":
             return RefundOutcome(RefundResult.NOT_FOUND, answer.describe())
         return RefundOutcome(RefundResult.UNKNOWN, answer.describe())
@@ -343,7 +300,7 @@ class WechatPayProvider(PaymentProvider):
 
     async def _call(
         self, method: str, path: str, payload: Mapping[str, Any] | None = None
-    ) -> _Answer:
+    ) -> _wire.Answer:
         """One signed call, its answer verified.
 
         Args:
@@ -398,7 +355,7 @@ class WechatPayProvider(PaymentProvider):
                 answered=response.status_code not in GATEWAY_TIMEOUTS,  # a proxy's 502 page
             ) from None
         if not response.content:
-            return _Answer(response.status_code)
+            return _wire.Answer(response.status_code)
         try:
             parsed = json.loads(response.content)
         except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deep
@@ -407,41 +364,7 @@ class WechatPayProvider(PaymentProvider):
             raise ProviderUnavailable(
                 f"{where}: HTTP {response.status_code} body is not JSON", answered=True
             )
-        return _Answer(response.status_code, parsed)
-
-
-def _public_key(key: PublicKeyLike) -> rsa_keys.RSAPublicKey:
-    if isinstance(key, rsa_keys.RSAPublicKey):
-        return key
-    text = key.decode("ascii", errors="replace") if isinstance(key, bytes) else key
-    if "BEGIN CERTIFICATE" in text:
-        return signing.certificate_key(key)[1]
-    return signing.load_public_key(key)
-
-
-def _description(subject: str) -> str:
-    """The subject cut to what ``description`` holds, never inside a character."""
-    cut = subject.encode("utf-8")[:DESCRIPTION_BYTES]
-    return cut.decode("utf-8", errors="ignore")  # drops a character cut in half at the end
-
-
-def _rfc3339(when: datetime) -> str:
-    if when.tzinfo is None:
-        raise ValueError("expires_at must be timezone-aware")
-    return when.astimezone(CST).isoformat(timespec="seconds")
-
-
-def _segment(value: str) -> str:
-    return quote(value, safe="")
-
-
-def _text(fields: Mapping[str, Any], name: str, *, required: bool = True) -> str:
-    value = fields.get(name)
-    if isinstance(value, str) and value:
-        return value
-    if required:
-        raise MalformedNotification(f"{name} is missing")
-    return ""
+        return _wire.Answer(response.status_code, parsed)
 
 
 def _payment(transaction: Mapping[str, Any]) -> VerifiedPayment:
@@ -453,46 +376,7 @@ def _payment(transaction: Mapping[str, Any]) -> VerifiedPayment:
         raise MalformedNotification(f"unexpected currency {amount.get('currency')!r}")
     total: Decimal = parse_wechat_total(amount.get("total"))
     return VerifiedPayment(
-        _text(transaction, "out_trade_no"),
+        _wire.text(transaction, "out_trade_no"),
         total,
-        _text(transaction, "transaction_id"),
+        _wire.text(transaction, "transaction_id"),
     )
-
-
-def _event_type(body: bytes) -> str:
-    """The envelope's ``event_type`` (the body already verified and decrypted)."""
-    try:
-        envelope = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        raise MalformedNotification("the notification body is not JSON") from None
-    event = envelope.get("event_type") if isinstance(envelope, dict) else None
-    if not isinstance(event, str) or not event:
-        raise MalformedNotification("event_type is missing")
-    return event
-
-
-def _refund_found(answer: _Answer, request: RefundRequest) -> RefundOutcome:
-    """A 200 Refund object: its ``status``, if it is about this refund."""
-    result = _REFUND_STATUS.get(str(answer.body.get("status")))
-    if answer.body.get("out_refund_no") != request.refund_no:
-        return RefundOutcome(RefundResult.UNKNOWN, "the answer is about another refund")
-    if result is None:
-        return RefundOutcome(
-            RefundResult.UNKNOWN, f"unexpected refund status {answer.body.get('status')!r}"
-        )
-    return RefundOutcome(result, str(answer.body.get("status")))
-
-
-def _refund_outcome(answer: _Answer, request: RefundRequest) -> RefundOutcome:
-    """The answer to a refund request: a definite business error (a 4xx with a code that is
-    not about the request's own trouble) failed it; anything unclear is unknown."""
-    if answer.status == 200:
-        return _refund_found(answer, request)
-    if (
-        400 <= answer.status < 500
-        and answer.status not in (401, 429)
-        and answer.code
-        and answer.code not in _NOT_DEFINITE
-    ):
-        return RefundOutcome(RefundResult.FAILED, answer.describe())
-    return RefundOutcome(RefundResult.UNKNOWN, answer.describe())
