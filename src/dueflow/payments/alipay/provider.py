@@ -28,9 +28,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qsl
 
 import httpx
 
@@ -41,13 +40,19 @@ from dueflow.exceptions import (
     WrongMerchant,
 )
 from dueflow.payments import money_wire
-from dueflow.payments.alipay import signing
+from dueflow.payments.alipay import _wire, signing
+from dueflow.payments.alipay._wire import (
+    BEIJING,
+    DEFINITE_REFUND_FAILURES,
+    MAX_NOTIFICATION_BYTES,
+    PAID_STATUSES,
+    SUCCESS_CODE,
+)
 from dueflow.payments.base import (
     GATEWAY_TIMEOUTS,
     Attempt,
     CloseOutcome,
     CloseResult,
-    NotificationEvent,
     PaymentProvider,
     PayStart,
     ProviderNotification,
@@ -60,35 +65,9 @@ from dueflow.payments.base import (
 
 __all__ = ["BEIJING", "DEFINITE_REFUND_FAILURES", "MAX_NOTIFICATION_BYTES", "AlipayProvider"]
 
-BEIJING = timezone(timedelta(hours=8), "CST")
-"""Alipay's timestamps and ``time_expire`` are Beijing time."""
-MAX_NOTIFICATION_BYTES = 64 * 1024
-SUCCESS_CODE = "10000"
-PAID_STATUSES = frozenset({"TRADE_SUCCESS", "TRADE_FINISHED"})
-DEFINITE_REFUND_FAILURES = frozenset(
-    {
-        "ACQ.TRADE_HAS_FINISHED",
-        "ACQ.REFUND_AMT_NOT_EQUAL_TOTAL",
-        "ACQ.SELLER_BALANCE_NOT_ENOUGH",
-        "ACQ.REASON_TRADE_REFUND_FEE_ERR",
-        "ACQ.TRADE_NOT_EXIST",
-    }
-)
 log = logging.getLogger(__name__)
-_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 #: The most a trade's ``subject`` holds, in characters.
 SUBJECT_CHARS = 256
-
-
-class _CallFailed(Exception):
-    """No trustworthy answer: transport trouble, a non-200 status or a bad signature.
-
-    ``answered``: something did answer (the call is over and can take no effect later)."""
-
-    def __init__(self, reason: str, *, answered: bool = False) -> None:
-        self.reason = reason
-        self.answered = answered
-        super().__init__(reason)
 
 
 class AlipayProvider(PaymentProvider):
@@ -153,19 +132,19 @@ class AlipayProvider(PaymentProvider):
             "out_trade_no": attempt.pay_no,
             "total_amount": money_wire.alipay_amount(attempt.amount),
             "subject": subject[:SUBJECT_CHARS],
-            "time_expire": _beijing(attempt.expires_at),
+            "time_expire": _wire.beijing(attempt.expires_at),
         }
         method = "alipay.trade.precreate"
         try:
             content = await self._call(method, biz, notify=True)
-        except _CallFailed as exc:
+        except _wire.CallFailed as exc:
             raise ProviderUnavailable(
                 f"alipay precreate {attempt.pay_no}: {exc.reason}", answered=exc.answered
             ) from None
         qr_code = content.get("qr_code")
         if content.get("code") != SUCCESS_CODE or not isinstance(qr_code, str) or not qr_code:
             raise ProviderUnavailable(
-                f"alipay precreate {attempt.pay_no}: {_describe(content)}", answered=True
+                f"alipay precreate {attempt.pay_no}: {_wire.describe(content)}", answered=True
             )
         return PayStart(qr_code)
 
@@ -173,7 +152,7 @@ class AlipayProvider(PaymentProvider):
         """Close the trade, or find out it was paid; unknown whenever in doubt. Never raises."""
         try:
             return await self._close_or_query(attempt, now)
-        except _CallFailed as exc:
+        except _wire.CallFailed as exc:
             return CloseOutcome.unknown(exc.reason)
         except Exception as exc:  # the contract: never raise for the provider's trouble
             return CloseOutcome.unknown(f"unexpected {type(exc).__name__}: {exc}")
@@ -188,7 +167,7 @@ class AlipayProvider(PaymentProvider):
             BadSignature: The RSA2 signature does not verify with the Alipay public key.
             WrongMerchant: It names another app or seller.
         """
-        params = _parse_form(body)
+        params = _wire.parse_form(body)
         signing.verify(params, self._public_key)
         app_id, seller_id = params.get("app_id", ""), params.get("seller_id", "")
         if not app_id or not seller_id:
@@ -197,33 +176,7 @@ class AlipayProvider(PaymentProvider):
             raise WrongMerchant(f"the notification is for app {app_id}")
         if seller_id != self._seller_id:
             raise WrongMerchant(f"the notification is for seller {seller_id}")
-        pay_no = params.get("out_trade_no", "")
-        if not pay_no:
-            raise MalformedNotification("the notification has no out_trade_no")
-        amount = money_wire.parse_alipay_amount(params.get("total_amount"))
-        status = params.get("trade_status", "")
-        trade_no = params.get("trade_no") or None
-        refund_no = params.get("out_biz_no") or None
-        if refund_no is not None or params.get("refund_fee"):
-            # A refund: TRADE_CLOSED once fully refunded, TRADE_SUCCESS after a partial one.
-            return ProviderNotification(
-                NotificationEvent.REFUND,
-                pay_no,
-                amount=amount,
-                provider_trade_no=trade_no,
-                refund_no=refund_no,
-                refund=RefundOutcome(RefundResult.SUCCEEDED, params.get("refund_fee", "")),
-                state=status,
-            )
-        if status in PAID_STATUSES:
-            event = NotificationEvent.PAID
-        elif status == "TRADE_CLOSED":
-            event = NotificationEvent.CLOSED
-        else:
-            event = NotificationEvent.OTHER
-        return ProviderNotification(
-            event, pay_no, amount=amount, provider_trade_no=trade_no, state=status
-        )
+        return _wire.notification(params)
 
     async def refund(self, request: RefundRequest) -> RefundOutcome:
         """``alipay.trade.refund``, idempotent by ``out_request_no = refund_no``."""
@@ -235,7 +188,7 @@ class AlipayProvider(PaymentProvider):
         }
         try:
             content = await self._call("alipay.trade.refund", biz)
-        except _CallFailed as exc:
+        except _wire.CallFailed as exc:
             return RefundOutcome(RefundResult.UNKNOWN, exc.reason)
         code, sub_code = content.get("code"), content.get("sub_code")
         if code == SUCCESS_CODE:
@@ -247,7 +200,7 @@ class AlipayProvider(PaymentProvider):
         if sub_code == "ACQ.TRADE_STATUS_ERROR":
             # The trade takes no refund: closed, or given back already. Ask the trade.
             return await self._status_error(request)
-        return RefundOutcome(RefundResult.UNKNOWN, _describe(content))
+        return RefundOutcome(RefundResult.UNKNOWN, _wire.describe(content))
 
     async def refunded_on_its_own(self, request: RefundRequest) -> RefundOutcome:
         """``alipay.trade.fastpay.refund.query`` with ``out_request_no = out_trade_no``: a
@@ -256,10 +209,10 @@ class AlipayProvider(PaymentProvider):
         biz = {"out_trade_no": request.pay_no, "out_request_no": request.pay_no}
         try:
             content = await self._call("alipay.trade.fastpay.refund.query", biz)
-        except _CallFailed as exc:
+        except _wire.CallFailed as exc:
             return RefundOutcome(RefundResult.UNKNOWN, exc.reason)
         if content.get("code") != SUCCESS_CODE:
-            return RefundOutcome(RefundResult.UNKNOWN, _describe(content))
+            return RefundOutcome(RefundResult.UNKNOWN, _wire.describe(content))
         if content.get("refund_status") != "REFUND_SUCCESS":
             return RefundOutcome(RefundResult.NOT_FOUND, "alipay gave nothing back by itself")
         try:
@@ -299,10 +252,10 @@ class AlipayProvider(PaymentProvider):
         biz = {"out_trade_no": request.pay_no, "out_request_no": request.refund_no}
         try:
             content = await self._call("alipay.trade.fastpay.refund.query", biz)
-        except _CallFailed as exc:
+        except _wire.CallFailed as exc:
             return RefundOutcome(RefundResult.UNKNOWN, exc.reason)
         if content.get("code") != SUCCESS_CODE:
-            return RefundOutcome(RefundResult.UNKNOWN, _describe(content))
+            return RefundOutcome(RefundResult.UNKNOWN, _wire.describe(content))
         if content.get("out_request_no") not in (None, request.refund_no):
             return RefundOutcome(RefundResult.UNKNOWN, "the answer is about another refund")
         if content.get("refund_status") == "REFUND_SUCCESS":
@@ -322,7 +275,7 @@ class AlipayProvider(PaymentProvider):
             if attempt.start is not StartAnswer.UNKNOWN:
                 try:
                     voided = await self._void(attempt)
-                except _CallFailed as exc:
+                except _wire.CallFailed as exc:
                     voided = CloseOutcome.unknown(f"cancel: {exc.reason}")
             # Whatever the void said, a code never scanned is dead once it has expired (a
             # cancel that keeps failing must not hold the order past that).
@@ -333,10 +286,10 @@ class AlipayProvider(PaymentProvider):
                 return CloseOutcome.closed("never scanned and expired at alipay")
             return voided
         if sub_code != "ACQ.TRADE_STATUS_ERROR":
-            return CloseOutcome.unknown(f"close: {_describe(content)}")
+            return CloseOutcome.unknown(f"close: {_wire.describe(content)}")
         query = await self._call("alipay.trade.query", biz)
         if query.get("code") != SUCCESS_CODE:
-            return CloseOutcome.unknown(f"query: {_describe(query)}")
+            return CloseOutcome.unknown(f"query: {_wire.describe(query)}")
         if query.get("out_trade_no") not in (None, attempt.pay_no):
             return CloseOutcome.unknown(f"query answered for {query.get('out_trade_no')}")
         status = query.get("trade_status")
@@ -377,7 +330,7 @@ class AlipayProvider(PaymentProvider):
             return CloseOutcome.closed(f"alipay cancelled the unscanned trade ({action})")
         if sub_code == "ACQ.TRADE_NOT_EXIST" and attempt.start is StartAnswer.REFUSED:
             return CloseOutcome.closed("never created: the precreate was refused")
-        return CloseOutcome.unknown(f"cancel: {_describe(content)}")
+        return CloseOutcome.unknown(f"cancel: {_wire.describe(content)}")
 
     async def _call(
         self, method: str, biz: Mapping[str, Any], *, notify: bool = False
@@ -385,7 +338,7 @@ class AlipayProvider(PaymentProvider):
         """POST one signed call; the verified ``<method>_response`` (or ``error_response``).
 
         Raises:
-            _CallFailed: Transport trouble, a non-200 status, or an answer that fails
+            _wire.CallFailed: Transport trouble, a non-200 status, or an answer that fails
                 verification.
         """
         params = {
@@ -394,7 +347,7 @@ class AlipayProvider(PaymentProvider):
             "format": "JSON",
             "charset": "utf-8",
             "sign_type": signing.SIGN_TYPE,
-            "timestamp": _beijing(datetime.now(BEIJING)),
+            "timestamp": _wire.beijing(datetime.now(BEIJING)),
             "version": "1.0",
             "biz_content": json.dumps(biz, ensure_ascii=False, separators=(",", ":")),
         }
@@ -406,9 +359,9 @@ class AlipayProvider(PaymentProvider):
                 self._gateway_url, data=params, timeout=self._timeout
             )
         except httpx.HTTPError as exc:
-            raise _CallFailed(f"{method}: {type(exc).__name__}: {exc}") from None
+            raise _wire.CallFailed(f"{method}: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
-            raise _CallFailed(
+            raise _wire.CallFailed(
                 f"{method}: HTTP {response.status_code}",
                 answered=response.status_code not in GATEWAY_TIMEOUTS,
             )
@@ -416,37 +369,8 @@ class AlipayProvider(PaymentProvider):
             text = response.content.decode("utf-8")
             return signing.verify_response(text, method, self._public_key)
         except UnicodeDecodeError:
-            raise _CallFailed(f"{method}: the answer is not UTF-8", answered=True) from None
+            raise _wire.CallFailed(f"{method}: the answer is not UTF-8", answered=True) from None
         except NotificationRejected as exc:
-            raise _CallFailed(
+            raise _wire.CallFailed(
                 f"{method}: {type(exc).__name__}: {exc.message}", answered=True
             ) from None
-
-
-def _beijing(when: datetime) -> str:
-    """``yyyy-MM-dd HH:mm:ss`` in Beijing time."""
-    return when.astimezone(BEIJING).strftime(_TIME_FORMAT)
-
-
-def _describe(content: Mapping[str, Any]) -> str:
-    parts = (content.get(k) for k in ("code", "msg", "sub_code", "sub_msg"))
-    return " ".join(str(p) for p in parts if p) or "no code"
-
-
-def _parse_form(body: bytes) -> dict[str, str]:
-    """The URL-decoded form parameters; a repeated key is refused (which one was signed?)."""
-    if len(body) > MAX_NOTIFICATION_BYTES:
-        raise MalformedNotification(f"the notification is over {MAX_NOTIFICATION_BYTES} bytes")
-    try:
-        text = body.decode("utf-8")
-        pairs = parse_qsl(text, keep_blank_values=True, errors="strict")
-    except ValueError as exc:
-        raise MalformedNotification(f"the notification is not UTF-8 form data: {exc}") from None
-    params: dict[str, str] = {}
-    for key, value in pairs:
-        if key in params:
-            raise MalformedNotification(f"the notification repeats {key!r}")
-        params[key] = value
-    if not params:
-        raise MalformedNotification("the notification is empty")
-    return params
