@@ -26,18 +26,32 @@ from fastapi.responses import Response
 from dueflow.domain import money
 from dueflow.exceptions import InvalidInput, NotificationRejected
 from dueflow.payments.simulator import control
+from dueflow.payments.simulator._wechatpay_bodies import (
+    Payload,
+    dumps,
+    notification_body,
+    refund_body,
+    trade_state,
+    transaction,
+)
 from dueflow.payments.simulator.state import (
-    CST,
     FailMode,
-    Notification,
     Provider,
-    Refund,
-    RefundStatus,
     SimulatorState,
     Trade,
     TradeStatus,
 )
 from dueflow.payments.wechatpay import signing
+
+__all__ = [
+    "Call",
+    "Payload",
+    "notification_body",
+    "platform_headers",
+    "router",
+    "trade_state",
+    "transaction",
+]
 
 log = logging.getLogger(__name__)
 WECHATPAY = Provider.WECHATPAY
@@ -46,7 +60,6 @@ DEFAULT_EXPIRY = timedelta(hours=2)  # how long a native code_url lives
 DESCRIPTION_BYTES = 127  # the documented limit of a native order's description, in UTF-8
 MAX_FEN = 2**31 - 1  # every amount field is an int32 of fen
 
-Payload = dict[str, Any]
 Reply = tuple[int, Payload | None]
 
 
@@ -77,70 +90,6 @@ def router(state: SimulatorState) -> APIRouter:
     for method, path, operation, handler in routes:
         api.add_api_route(path, _endpoint(state, operation, handler), methods=[method])
     return api
-
-
-def trade_state(trade: Trade) -> tuple[str, str]:
-    """The trade's ``trade_state`` and ``trade_state_desc``."""
-    if trade.status is TradeStatus.PAID:
-        return ("REFUND", "转入退款") if trade.refunded else ("SUCCESS", "支付成功")
-    if trade.status is TradeStatus.WAITING:
-        return "NOTPAY", "订单未支付"
-    return "CLOSED", "订单已关闭"
-
-
-def transaction(state: SimulatorState, trade: Trade) -> Payload:
-    """The Transaction object that queries answer and payment notifications carry."""
-    config = state.config
-    code, desc = trade_state(trade)
-    fen = money.to_fen(trade.amount)
-    body: Payload = {
-        "appid": config.wechat_appid,
-        "mchid": config.wechat_mchid,
-        "out_trade_no": trade.out_trade_no,
-        "trade_state": code,
-        "trade_state_desc": desc,
-        "attach": trade.attach,
-        "amount": {"total": fen, "currency": "CNY", "payer_currency": "CNY"},
-    }
-    if trade.paid_at is not None:
-        body.update(
-            transaction_id=trade.trade_no,
-            trade_type="NATIVE",
-            bank_type="OTHERS",
-            success_time=_time(trade.paid_at),
-            payer={"openid": trade.buyer_id},
-        )
-        body["amount"]["payer_total"] = fen
-    return body
-
-
-def notification_body(state: SimulatorState, notification: Notification) -> bytes:
-    """The JSON body of a notification, its resource AES-256-GCM encrypted with the APIv3 key."""
-    refund = notification.refund
-    if refund is None:
-        kind, summary, resource = "transaction", "支付成功", transaction(state, notification.trade)
-    else:
-        kind, summary = "refund", "退款成功"
-        resource = _refund_resource(state, notification.trade, refund)
-    nonce = signing.new_nonce(12)
-    plaintext = json.dumps(resource, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    body = {
-        "id": notification.notify_id,
-        "create_time": _time(notification.created_at),
-        "resource_type": "encrypt-resource",
-        "event_type": notification.event,
-        "summary": summary,
-        "resource": {
-            "original_type": kind,
-            "algorithm": "AEAD_AES_256_GCM",
-            "ciphertext": signing.encrypt_resource(
-                state.config.wechat_api_v3_key, nonce, kind, plaintext
-            ),
-            "associated_data": kind,
-            "nonce": nonce,
-        },
-    }
-    return _dumps(body)
 
 
 def platform_headers(state: SimulatorState, body: bytes) -> dict[str, str]:
@@ -230,7 +179,7 @@ def _refund(call: Call) -> Reply:
     if refund is not None:  # the same out_refund_no refunds once: answer the refund again
         if refund.out_trade_no != trade.out_trade_no or refund.amount != refund_amount:
             return _error(400, "INVALID_REQUEST", "退款单号已用于其他退款")
-        return 200, _refund_body(call.state, refund)
+        return 200, refund_body(call.state, refund)
     if trade.status is not TradeStatus.PAID:
         return _error(400, "INVALID_REQUEST", "订单未支付")
     if refund_amount > trade.amount - trade.refunded:
@@ -242,14 +191,14 @@ def _refund(call: Call) -> Reply:
         reason=_text(body, "reason"),
         notify_url=_text(body, "notify_url"),
     )
-    return 200, _refund_body(call.state, refund)
+    return 200, refund_body(call.state, refund)
 
 
 def _refund_query(call: Call) -> Reply:
     refund = call.state.find_refund(WECHATPAY, call.path["out_refund_no"])
     if refund is None:
         return _error(404, "RESOURCE_NOT_EXISTS", "退款单不存在")
-    return 200, _refund_body(call.state, refund)
+    return 200, refund_body(call.state, refund)
 
 
 def _endpoint(
@@ -314,7 +263,7 @@ def _respond(state: SimulatorState, reply: Reply) -> Response:
         log.warning(
             "wechatpay answers %d %s: %s", status, payload.get("code"), payload.get("message")
         )
-    body = b"" if payload is None else _dumps(payload)
+    body = b"" if payload is None else dumps(payload)
     headers = platform_headers(state, body)
     headers["Request-ID"] = uuid.uuid4().hex
     if payload is not None:
@@ -328,55 +277,6 @@ def _refunded_trade(call: Call) -> Trade | None:
         trades = call.state.trades.values()
         return next((t for t in trades if t.trade_no == transaction_id), None)
     return call.state.trade(WECHATPAY, _text(call.body, "out_trade_no"))
-
-
-def _refund_body(state: SimulatorState, refund: Refund) -> Payload:
-    trade = state.trades[WECHATPAY, refund.out_trade_no]
-    total, refunded = money.to_fen(trade.amount), money.to_fen(refund.amount)
-    body: Payload = {
-        "refund_id": refund.refund_id,
-        "out_refund_no": refund.out_refund_no,
-        "transaction_id": trade.trade_no,
-        "out_trade_no": trade.out_trade_no,
-        "channel": "ORIGINAL",
-        "user_received_account": "支付用户零钱",
-        "create_time": _time(refund.created_at),
-        "status": "SUCCESS" if refund.status is RefundStatus.SUCCESS else "PROCESSING",
-        "funds_account": "AVAILABLE",
-        "amount": {
-            "total": total,
-            "refund": refunded,
-            "payer_total": total,
-            "payer_refund": refunded,
-            "settlement_total": total,
-            "settlement_refund": refunded,
-            "discount_refund": 0,
-            "currency": "CNY",
-        },
-    }
-    if refund.succeeded_at is not None:
-        body["success_time"] = _time(refund.succeeded_at)
-    return body
-
-
-def _refund_resource(state: SimulatorState, trade: Trade, refund: Refund) -> Payload:
-    total, refunded = money.to_fen(trade.amount), money.to_fen(refund.amount)
-    return {
-        "mchid": state.config.wechat_mchid,
-        "out_trade_no": trade.out_trade_no,
-        "transaction_id": trade.trade_no,
-        "out_refund_no": refund.out_refund_no,
-        "refund_id": refund.refund_id,
-        "refund_status": "SUCCESS",
-        "success_time": _time(refund.succeeded_at or refund.created_at),
-        "user_received_account": "支付用户零钱",
-        "amount": {
-            "total": total,
-            "refund": refunded,
-            "payer_total": total,
-            "payer_refund": refunded,
-        },
-    }
 
 
 def _json_body(raw: bytes) -> Mapping[str, Any] | None:
@@ -420,11 +320,3 @@ def _error(status: int, code: str, message: str) -> Reply:
 def _text(body: Mapping[str, Any], name: str) -> str:
     value = body.get(name)
     return value if isinstance(value, str) else ""
-
-
-def _dumps(payload: Payload) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def _time(when: datetime) -> str:
-    return when.astimezone(CST).isoformat(timespec="seconds")
