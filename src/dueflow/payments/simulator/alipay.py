@@ -21,7 +21,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -31,7 +30,9 @@ from fastapi.responses import Response
 from dueflow.exceptions import MalformedNotification, NotificationRejected
 from dueflow.payments import money_wire
 from dueflow.payments.alipay import signing
+from dueflow.payments.simulator import _alipay_fields as _fields
 from dueflow.payments.simulator import control
+from dueflow.payments.simulator._alipay_fields import Content
 from dueflow.payments.simulator.state import (
     CST,
     OPERATIONS,
@@ -50,8 +51,6 @@ SUBJECT_CHARS = 256  # the documented limit of a trade's subject
 MEDIA_TYPE = "application/json;charset=utf-8"
 _TIMEOUT_EXPRESS = re.compile(r"([1-9][0-9]*)([mhd])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
-
-Content = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,9 @@ def router(state: SimulatorState) -> APIRouter:
             return _signed(state, "error", rejected)
         biz = _biz_content(params)
         if biz is None:
-            return _signed(state, method, _failure("ACQ.INVALID_PARAMETER", "biz_content 无效"))
+            return _signed(
+                state, method, _fields.failure("ACQ.INVALID_PARAMETER", "biz_content 无效")
+            )
         state.advance()
         failure = state.take_failure(ALIPAY, OPERATIONS[ALIPAY][method])
         if failure is FailMode.SERVER_ERROR:
@@ -85,7 +86,7 @@ def router(state: SimulatorState) -> APIRouter:
         if failure is FailMode.LOST:
             return await control.hang(state.config.hang_seconds)
         if failure is FailMode.SYSTEM_ERROR:
-            return _signed(state, method, _failure("ACQ.SYSTEM_ERROR", "系统错误"))
+            return _signed(state, method, _fields.failure("ACQ.SYSTEM_ERROR", "系统错误"))
         content = METHODS[method](Call(state, biz, params, request))
         if failure is FailMode.TIMEOUT:
             return await control.hang(state.config.hang_seconds)
@@ -109,7 +110,7 @@ def notification_params(state: SimulatorState, notification: Notification) -> di
     """
     config, trade, refund = state.config, notification.trade, notification.refund
     params: dict[str, str] = {
-        "notify_time": _time(state.now()),
+        "notify_time": _fields.beijing_time(state.now()),
         "notify_type": "trade_status_sync",
         "notify_id": notification.notify_id,
         "app_id": config.alipay_app_id,
@@ -121,42 +122,44 @@ def notification_params(state: SimulatorState, notification: Notification) -> di
         "out_trade_no": trade.out_trade_no,
         "seller_id": config.alipay_seller_id,
         "trade_status": notification.event,
-        "total_amount": _amount(trade.amount),
+        "total_amount": _fields.amount(trade.amount),
         "subject": trade.subject,
-        "gmt_create": _time(trade.created_at),
-        **_buyer(trade),
-        **_paid_fields(trade),
+        "gmt_create": _fields.beijing_time(trade.created_at),
+        **_fields.buyer(trade),
+        **_fields.paid_fields(trade),
     }
     if trade.closed_at is not None:
-        params["gmt_close"] = _time(trade.closed_at)
+        params["gmt_close"] = _fields.beijing_time(trade.closed_at)
     if refund is not None:
         params["out_biz_no"] = refund.out_refund_no
-        params["refund_fee"] = _amount(trade.refunded)
-        params["gmt_refund"] = _time(refund.succeeded_at or refund.created_at, millis=True)
+        params["refund_fee"] = _fields.amount(trade.refunded)
+        params["gmt_refund"] = _fields.beijing_time(
+            refund.succeeded_at or refund.created_at, millis=True
+        )
     params = {key: value for key, value in params.items() if value}
     params["sign"] = signing.sign(params, config.alipay_key.private_key)
     return params
 
 
 def _precreate(call: Call) -> Content:
-    out_trade_no = _text(call.biz, "out_trade_no")
-    subject = _text(call.biz, "subject")
+    out_trade_no = _fields.text(call.biz, "out_trade_no")
+    subject = _fields.text(call.biz, "subject")
     try:
         amount = money_wire.parse_alipay_amount(call.biz.get("total_amount"))
         expiry = _expiry(call.biz, call.state.now())
     except (MalformedNotification, ValueError) as exc:
-        return _failure("ACQ.INVALID_PARAMETER", f"参数无效: {exc}")
+        return _fields.failure("ACQ.INVALID_PARAMETER", f"参数无效: {exc}")
     if not out_trade_no or not subject:
-        return _failure("ACQ.INVALID_PARAMETER", "缺少 out_trade_no 或 subject")
+        return _fields.failure("ACQ.INVALID_PARAMETER", "缺少 out_trade_no 或 subject")
     if len(subject) > SUBJECT_CHARS:
-        return _failure("ACQ.INVALID_PARAMETER", f"subject 长度超过 {SUBJECT_CHARS}")
+        return _fields.failure("ACQ.INVALID_PARAMETER", f"subject 长度超过 {SUBJECT_CHARS}")
     trade = call.state.trade(ALIPAY, out_trade_no)
     if trade is not None and trade.status is TradeStatus.PAID:
-        return _failure("ACQ.TRADE_HAS_SUCCESS", "交易已被支付")
+        return _fields.failure("ACQ.TRADE_HAS_SUCCESS", "交易已被支付")
     if trade is not None and trade.status is TradeStatus.CLOSED:
-        return _failure("ACQ.TRADE_HAS_CLOSE", "交易已经关闭")
+        return _fields.failure("ACQ.TRADE_HAS_CLOSE", "交易已经关闭")
     if trade is not None and trade.amount != amount:
-        return _failure("ACQ.INVALID_PARAMETER", "同一笔交易的金额不一致")
+        return _fields.failure("ACQ.INVALID_PARAMETER", "同一笔交易的金额不一致")
     if trade is None:
         trade = call.state.create_trade(
             ALIPAY,
@@ -173,34 +176,34 @@ def _precreate(call: Call) -> Content:
 def _query(call: Call) -> Content:
     trade = _find(call)
     if trade is None:
-        return _not_exist()
+        return _fields.not_exist()
     return {
         **SUCCESS,
         "trade_no": trade.trade_no,
         "out_trade_no": trade.out_trade_no,
         "trade_status": trade_status(trade),
-        "total_amount": _amount(trade.amount),
-        **_buyer(trade, query=True),
-        **_paid_fields(trade, query=True),
+        "total_amount": _fields.amount(trade.amount),
+        **_fields.buyer(trade, query=True),
+        **_fields.paid_fields(trade, query=True),
     }
 
 
 def _close(call: Call) -> Content:
     trade = _find(call)
     if trade is None:
-        return _not_exist()
+        return _fields.not_exist()
     if not call.state.close(trade):
-        return _failure("ACQ.TRADE_STATUS_ERROR", "交易状态不合法")
+        return _fields.failure("ACQ.TRADE_STATUS_ERROR", "交易状态不合法")
     return {**SUCCESS, "trade_no": trade.trade_no, "out_trade_no": trade.out_trade_no}
 
 
 def _cancel(call: Call) -> Content:
     """``alipay.trade.cancel``: it reaches a QR trade nobody scanned (which close cannot), and
     names its ``trade_no`` and ``action`` only for a trade that exists."""
-    out_trade_no = _text(call.biz, "out_trade_no")
+    out_trade_no = _fields.text(call.biz, "out_trade_no")
     trade = call.state.trade(ALIPAY, out_trade_no) if out_trade_no else _find(call)
     if trade is None:
-        return _not_exist()
+        return _fields.not_exist()
     call.state.paid_on_close(trade)  # a payment armed to land just before this cancel
     existed = call.state.visible_trade(ALIPAY, trade.out_trade_no) is not None
     action = call.state.cancel(trade)
@@ -215,22 +218,22 @@ def _cancel(call: Call) -> Content:
 def _refund(call: Call) -> Content:
     trade = _find(call)
     if trade is None:
-        return _not_exist()
-    out_request_no = _text(call.biz, "out_request_no") or trade.out_trade_no
+        return _fields.not_exist()
+    out_request_no = _fields.text(call.biz, "out_request_no") or trade.out_trade_no
     try:
         amount = money_wire.parse_alipay_amount(call.biz.get("refund_amount"))
     except MalformedNotification as exc:
-        return _failure("ACQ.INVALID_PARAMETER", f"refund_amount 无效: {exc.message}")
+        return _fields.failure("ACQ.INVALID_PARAMETER", f"refund_amount 无效: {exc.message}")
     refund = call.state.find_refund(ALIPAY, out_request_no, out_trade_no=trade.out_trade_no)
     repeated = refund is not None
     if refund is not None and refund.amount != amount:
-        return _failure("ACQ.INVALID_PARAMETER", "同一退款请求号的退款金额不一致")
+        return _fields.failure("ACQ.INVALID_PARAMETER", "同一退款请求号的退款金额不一致")
     if refund is None:
         if trade_status(trade) != "TRADE_SUCCESS":
-            return _failure("ACQ.TRADE_STATUS_ERROR", "交易状态不合法")
+            return _fields.failure("ACQ.TRADE_STATUS_ERROR", "交易状态不合法")
         if amount > trade.amount - trade.refunded:
-            return _failure("ACQ.REFUND_AMT_NOT_EQUAL_TOTAL", "退款金额超限")
-        reason = _text(call.biz, "refund_reason")
+            return _fields.failure("ACQ.REFUND_AMT_NOT_EQUAL_TOTAL", "退款金额超限")
+        reason = _fields.text(call.biz, "refund_reason")
         refund = call.state.refund(
             trade, out_request_no, amount=amount, reason=reason, notify_url=""
         )
@@ -238,18 +241,18 @@ def _refund(call: Call) -> Content:
         **SUCCESS,
         "trade_no": trade.trade_no,
         "out_trade_no": trade.out_trade_no,
-        **_buyer(trade, query=True),
+        **_fields.buyer(trade, query=True),
         "fund_change": "N" if repeated else "Y",
-        "refund_fee": _amount(trade.refunded),
-        "gmt_refund_pay": _time(refund.created_at),
+        "refund_fee": _fields.amount(trade.refunded),
+        "gmt_refund_pay": _fields.beijing_time(refund.created_at),
     }
 
 
 def _refund_query(call: Call) -> Content:
     trade = _find(call)
     if trade is None:
-        return _not_exist()
-    out_request_no = _text(call.biz, "out_request_no") or trade.out_trade_no
+        return _fields.not_exist()
+    out_request_no = _fields.text(call.biz, "out_request_no") or trade.out_trade_no
     found = {"trade_no": trade.trade_no, "out_trade_no": trade.out_trade_no}
     refund = call.state.find_refund(ALIPAY, out_request_no, out_trade_no=trade.out_trade_no)
     if refund is None:  # no refund with that number: nothing to report, not an error
@@ -258,10 +261,10 @@ def _refund_query(call: Call) -> Content:
         **SUCCESS,
         **found,
         "out_request_no": out_request_no,
-        "total_amount": _amount(trade.amount),
-        "refund_amount": _amount(refund.amount),
+        "total_amount": _fields.amount(trade.amount),
+        "refund_amount": _fields.amount(refund.amount),
         "refund_status": "REFUND_SUCCESS",
-        "gmt_refund_pay": _time(refund.created_at),
+        "gmt_refund_pay": _fields.beijing_time(refund.created_at),
     }
 
 
@@ -289,21 +292,21 @@ async def _params(request: Request) -> dict[str, str]:
 def _check_request(state: SimulatorState, params: Mapping[str, str]) -> Content | None:
     """The gateway's error for a request it refuses, or None."""
     if not params.get("method"):
-        return _missing("isv.missing-method", "缺少方法名参数")
+        return _fields.missing("isv.missing-method", "缺少方法名参数")
     if not params.get("app_id"):
-        return _missing("isv.missing-app-id", "缺少AppID参数")
+        return _fields.missing("isv.missing-app-id", "缺少AppID参数")
     if params["app_id"] != state.config.alipay_app_id:
-        return _invalid("isv.invalid-app-id", "无效的AppID参数")
+        return _fields.invalid("isv.invalid-app-id", "无效的AppID参数")
     if not params.get("sign"):
-        return _missing("isv.missing-signature", "缺少签名参数")
+        return _fields.missing("isv.missing-signature", "缺少签名参数")
     if params.get("sign_type", signing.SIGN_TYPE) != signing.SIGN_TYPE:
-        return _invalid("isv.invalid-signature-type", "无效的签名类型")
+        return _fields.invalid("isv.invalid-signature-type", "无效的签名类型")
     try:
         signing.verify_request(params, state.config.alipay_app_key.public_key)
     except NotificationRejected:
-        return _invalid("isv.invalid-signature", "验签出错")
+        return _fields.invalid("isv.invalid-signature", "验签出错")
     if params["method"] not in METHODS:
-        return _invalid("isv.invalid-method", "不存在的方法名")
+        return _fields.invalid("isv.invalid-method", "不存在的方法名")
     return None
 
 
@@ -323,87 +326,26 @@ def _signed(state: SimulatorState, method: str, content: Content) -> Response:
 
 def _find(call: Call) -> Trade | None:
     """The trade named by ``trade_no`` (which wins) or ``out_trade_no``, if it exists."""
-    trade_no = _text(call.biz, "trade_no")
+    trade_no = _fields.text(call.biz, "trade_no")
     if trade_no:
         matches = (t for t in call.state.trades.values() if t.trade_no == trade_no)
         trade = next(matches, None)
         return None if trade is None else call.state.visible_trade(ALIPAY, trade.out_trade_no)
-    return call.state.visible_trade(ALIPAY, _text(call.biz, "out_trade_no"))
+    return call.state.visible_trade(ALIPAY, _fields.text(call.biz, "out_trade_no"))
 
 
 def _expiry(biz: Mapping[str, Any], now: datetime) -> datetime:
     """``time_expire`` (Beijing time), else ``timeout_express`` (``90m``), else two hours."""
-    time_expire = _text(biz, "time_expire")
+    time_expire = _fields.text(biz, "time_expire")
     if time_expire:
         expiry = datetime.strptime(time_expire, "%Y-%m-%d %H:%M:%S").replace(tzinfo=CST)
         if expiry <= now:
             raise ValueError(f"time_expire {time_expire} has passed")
         return expiry
-    timeout = _text(biz, "timeout_express")
+    timeout = _fields.text(biz, "timeout_express")
     match = _TIMEOUT_EXPRESS.fullmatch(timeout)
     if timeout and match is None:
         raise ValueError(f"bad timeout_express {timeout!r}")
     if match is None:
         return now + DEFAULT_EXPIRY
     return now + timedelta(**{_UNITS[match[2]]: int(match[1])})
-
-
-def _buyer(trade: Trade, *, query: bool = False) -> dict[str, str]:
-    if not trade.buyer_id:
-        return {}
-    logon = f"sim***@{trade.buyer_id[-4:]}.example.com"
-    return {"buyer_user_id" if query else "buyer_id": trade.buyer_id, "buyer_logon_id": logon}
-
-
-def _paid_fields(trade: Trade, *, query: bool = False) -> Content:
-    """Payment fields: a query answers ``fund_bill_list`` as an array, a notification as text."""
-    if trade.paid_at is None:
-        return {}
-    total = _amount(trade.amount)
-    bills: Any = [{"amount": total, "fund_channel": "ALIPAYACCOUNT"}]
-    if not query:
-        bills = json.dumps([{"amount": total, "fundChannel": "ALIPAYACCOUNT"}])
-    return {
-        "send_pay_date" if query else "gmt_payment": _time(trade.paid_at),
-        "buyer_pay_amount": total,
-        "receipt_amount": total,
-        "invoice_amount": total,
-        "point_amount": "0.00",
-        "fund_bill_list": bills,
-    }
-
-
-def _failure(sub_code: str, sub_msg: str) -> Content:
-    return {"code": "40004", "msg": "Business Failed", "sub_code": sub_code, "sub_msg": sub_msg}
-
-
-def _not_exist() -> Content:
-    return _failure("ACQ.TRADE_NOT_EXIST", "交易不存在")
-
-
-def _missing(sub_code: str, sub_msg: str) -> Content:
-    return {
-        "code": "40001",
-        "msg": "Missing Required Arguments",
-        "sub_code": sub_code,
-        "sub_msg": sub_msg,
-    }
-
-
-def _invalid(sub_code: str, sub_msg: str) -> Content:
-    return {"code": "40002", "msg": "Invalid Arguments", "sub_code": sub_code, "sub_msg": sub_msg}
-
-
-def _text(biz: Mapping[str, Any], name: str) -> str:
-    value = biz.get(name)
-    return value if isinstance(value, str) else ""
-
-
-def _amount(amount: Decimal) -> str:
-    return str(amount.quantize(Decimal("0.01")))
-
-
-def _time(when: datetime, *, millis: bool = False) -> str:
-    local = when.astimezone(CST)
-    text = local.strftime("%Y-%m-%d %H:%M:%S")
-    return f"{text}.{local.microsecond // 1000:03d}" if millis else text
