@@ -9,13 +9,9 @@ database.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
-import logging
 import random
-import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,21 +22,18 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from dueflow import bootstrap, render
-from dueflow.api.app import create_app as create_api
-from dueflow.clock import ScaledClock
-from dueflow.config import load_settings
+from dueflow import render
+
+# The world in fast time, re-exported (``marketplace.fast_world``, ``marketplace.worker_running``).
+from dueflow.demo._world import FastWorld as FastWorld
+from dueflow.demo._world import fast_world as fast_world
+from dueflow.demo._world import worker_running as worker_running
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.exceptions import DueflowError
 from dueflow.notifiers.log import LogNotifier
-from dueflow.payments.simulator import SimulatorConfig
-from dueflow.payments.simulator.app import create_app as create_simulator
-from dueflow.payments.simulator.app import simulator_of
 from dueflow.service import accounts, orders, payments, report
 from dueflow.service.deps import Deps
 from dueflow.service.operations import percentile
-from dueflow.worker.runner import Worker
-from dueflow.worker.scanner import run_scanner
 
 # pays: through the simulated Alipay or WeChat Pay; pays_at_the_wire: pays just before the
 # deadline with the notification delayed past it (close-or-query finds the payment); pays_late:
@@ -229,65 +222,6 @@ async def wait_until_settled(
         await asyncio.sleep(0.2)
 
 
-@dataclass
-class FastWorld:
-    """dueflow on the dev profile in fast time, with the payment simulator wired both ways."""
-
-    deps: Deps
-    notifier: LogNotifier
-    #: The simulator's control API (scan, pay, ...).
-    sim: httpx.AsyncClient
-
-
-@contextlib.asynccontextmanager
-async def fast_world(*, speed: float, db: Path | None) -> AsyncIterator[FastWorld]:
-    """dueflow at ``speed`` simulated seconds a real second on the SQLite file ``db`` (a fresh
-    temporary one without it), the simulator notifying its API in process."""
-    # Late payments are logged loudly as discrepancies; the demo reports them in its tables.
-    logging.getLogger("dueflow").setLevel(logging.CRITICAL)
-    with tempfile.TemporaryDirectory(prefix="dueflow-demo-") as tmp:
-        path = db or Path(tmp) / "demo.db"
-        clock = ScaledClock(speed=speed)
-        to_dueflow = _LateASGI()
-        sim_config = SimulatorConfig.generate(clock=clock, transport=to_dueflow)
-        sim_app = create_simulator(sim_config)
-        settings = load_settings(
-            database_url=f"sqlite:///{path}",
-            profile="dev",
-            scan_interval="60s",
-            scan_grace="30s",
-            public_url="http://dueflow",
-            **dataclasses.asdict(sim_config.client_config("http://sim")),
-        )
-        notifier = LogNotifier()
-        async with (
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=sim_app), base_url="http://sim"
-            ) as sim,
-            bootstrap.running(settings, clock=clock, notifier=notifier, http=sim) as deps,
-            simulator_of(sim_app).running(),
-        ):
-            to_dueflow.app = create_api(deps)
-            yield FastWorld(deps, notifier, sim)
-
-
-@contextlib.asynccontextmanager
-async def worker_running(deps: Deps) -> AsyncIterator[None]:
-    """A worker and its scanner beside the simulated people, stopped on the way out."""
-    stop = asyncio.Event()
-    worker = Worker(deps)
-    background = [
-        asyncio.create_task(worker.run(stop)),
-        asyncio.create_task(run_scanner(worker, stop)),
-    ]
-    try:
-        yield
-    finally:
-        stop.set()
-        deps.trigger.wake()
-        await asyncio.gather(*background)
-
-
 async def run(
     *, orders: int, speed: float, db: Path | None, seed: int, live: bool, console: Console
 ) -> bool:
@@ -303,16 +237,6 @@ async def run(
             console=console,
             speed=speed,
         )
-
-
-class _LateASGI(httpx.AsyncBaseTransport):
-    """The simulator's way to dueflow's notify routes, an app that exists only once wired."""
-
-    def __init__(self) -> None:
-        self.app: Any = None
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await httpx.ASGITransport(app=self.app).handle_async_request(request)
 
 
 async def _simulate(
