@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from dueflow.api.admin_pages.site import Pages, login_redirect
+from dueflow.api.admin_pages.site import Pages
 from dueflow.service import events, operations, refunds, report
+from dueflow.service.accounts import User
 
 
 def add_routes(routes: APIRouter, pages: Pages) -> None:
@@ -15,23 +16,23 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     @routes.get("", response_class=HTMLResponse)
     async def dashboard(request: Request) -> Response:
-        user = await pages.user(request)
-        if user is None:
-            return login_redirect(request)
-        snap = await report.snapshot(deps)
-        return pages.page(
-            request,
-            "dashboard.html",
-            user=user,
-            snap=snap,
-            lateness=await operations.lateness(deps),
-            overdue=await operations.overdue_timers(deps, 20),
-            stuck=await operations.timers_in_state(deps, "stuck", 20),
-            parked=await operations.timers_in_state(deps, "parked", 20),
-            discrepancies=await operations.discrepancies(deps, 10),
-            invariants=await report.check_invariants(deps),
-            events=await events.delivery_status(deps),
-            seats=await report.seats_taken(deps),
-            processing=await refunds.list_refunds(deps, state="processing", limit=10),
-            refresh=5,
-        )
+        async def render(user: User) -> Response:
+            snap = await report.snapshot(deps)
+            return pages.page(
+                request,
+                "dashboard.html",
+                user=user,
+                snap=snap,
+                lateness=await operations.lateness(deps),
+                overdue=await operations.overdue_timers(deps, 20),
+                stuck=await operations.timers_in_state(deps, "stuck", 20),
+                parked=await operations.timers_in_state(deps, "parked", 20),
+                discrepancies=await operations.discrepancies(deps, 10),
+                invariants=await report.check_invariants(deps),
+                events=await events.delivery_status(deps),
+                seats=await report.seats_taken(deps),
+                processing=await refunds.list_refunds(deps, state="processing", limit=10),
+                refresh=5,
+            )
+
+        return await pages.signed_in(request, render)

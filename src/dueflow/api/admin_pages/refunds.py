@@ -6,9 +6,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from dueflow.api.admin_pages.site import Pages, checked_id, login_redirect
+from dueflow.api.admin_pages.site import Pages, checked_id
 from dueflow.exceptions import InvalidInput
 from dueflow.service import refunds, report
+from dueflow.service.accounts import User
 
 
 def add_routes(routes: APIRouter, pages: Pages) -> None:
@@ -17,24 +18,24 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     @routes.get("/refunds", response_class=HTMLResponse)
     async def refund_queue(request: Request, state: str = "") -> Response:
-        user = await pages.user(request)
-        if user is None:
-            return login_redirect(request)
-        try:
-            found = await refunds.list_refunds(deps, state=state or None, limit=200)
-        except InvalidInput as exc:
-            return pages.problem(request, user, 422, "Bad filter", exc.message)
-        counts = await report.refund_counts(deps)
-        return pages.page(
-            request,
-            "refunds.html",
-            user=user,
-            refunds=found,
-            state=state,
-            states=refunds.STATES,
-            counts=counts,
-            refresh=3,
-        )
+        async def render(user: User) -> Response:
+            try:
+                found = await refunds.list_refunds(deps, state=state or None, limit=200)
+            except InvalidInput as exc:
+                return pages.problem(request, user, 422, "Bad filter", exc.message)
+            counts = await report.refund_counts(deps)
+            return pages.page(
+                request,
+                "refunds.html",
+                user=user,
+                refunds=found,
+                state=state,
+                states=refunds.STATES,
+                counts=counts,
+                refresh=3,
+            )
+
+        return await pages.signed_in(request, render)
 
     @routes.post("/refunds/{refund_id}/approve")
     async def approve(request: Request, refund_id: int) -> Response:

@@ -8,10 +8,12 @@ found by name or id from ``/admin/coupons``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from dueflow.api.admin_pages.site import HEADERS, Pages, id_of, login_redirect
+from dueflow.api.admin_pages.site import HEADERS, Pages, id_of
 from dueflow.exceptions import NotFound
 from dueflow.service import accounts, shop, shop_overview
 from dueflow.service.accounts import User
@@ -28,51 +30,49 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     @routes.get("/skus", response_class=HTMLResponse)
     async def sku_list(request: Request) -> Response:
-        user = await pages.user(request)
-        if user is None:
-            return login_redirect(request)
-        found = await shop_overview.skus_overview(deps, LISTED)
-        return pages.page(request, "skus.html", user=user, skus=found, limit=LISTED, refresh=5)
+        async def render(user: User) -> Response:
+            found = await shop_overview.skus_overview(deps, LISTED)
+            return pages.page(request, "skus.html", user=user, skus=found, limit=LISTED, refresh=5)
+
+        return await pages.signed_in(request, render)
 
     @routes.get("/skus/{sku_id}", response_class=HTMLResponse)
     async def sku_page(request: Request, sku_id: str) -> Response:
-        user = await pages.user(request)
-        if user is None:
-            return login_redirect(request)
-        found = id_of(sku_id)
-        try:
-            if found is None:
-                raise NotFound(f"no sku {sku_id}")
-            sku = await shop_overview.sku_page(deps, found, ORDERS_LISTED)
-        except NotFound as exc:
-            return pages.problem(request, user, 404, "Not found", exc.message)
-        return pages.page(request, "sku.html", user=user, sku=sku, limit=ORDERS_LISTED, refresh=5)
+        async def load(found: int) -> dict[str, Any]:
+            return await shop_overview.sku_page(deps, found, ORDERS_LISTED)
+
+        async def render(user: User, _: int, sku: dict[str, Any]) -> Response:
+            return pages.page(
+                request, "sku.html", user=user, sku=sku, limit=ORDERS_LISTED, refresh=5
+            )
+
+        return await pages.one(request, "sku", sku_id, load, render)
 
     @routes.get("/flash-sales", response_class=HTMLResponse)
     async def flash_sale_list(request: Request) -> Response:
-        user = await pages.user(request)
-        if user is None:
-            return login_redirect(request)
-        found = await shop_overview.flash_sales_overview(deps, LISTED)
-        return pages.page(
-            request, "flash_sales.html", user=user, sales=found, limit=LISTED, refresh=5
-        )
+        async def render(user: User) -> Response:
+            found = await shop_overview.flash_sales_overview(deps, LISTED)
+            return pages.page(
+                request, "flash_sales.html", user=user, sales=found, limit=LISTED, refresh=5
+            )
+
+        return await pages.signed_in(request, render)
 
     @routes.get("/coupons", response_class=HTMLResponse)
     async def find_coupons(request: Request, user: str = "") -> Response:
-        admin = await pages.user(request)
-        if admin is None:
-            return login_redirect(request)
-        wanted = user.strip()
-        if not wanted:
-            return pages.page(request, "coupons.html", user=admin, owner=None, coupons=[])
-        try:
-            owner = await _owner(wanted)
-        except NotFound as exc:
-            return pages.problem(request, admin, 404, "Not found", exc.message)
-        return RedirectResponse(
-            f"/admin/users/{owner.id}/coupons", status_code=303, headers=HEADERS
-        )
+        async def render(admin: User) -> Response:
+            wanted = user.strip()
+            if not wanted:
+                return pages.page(request, "coupons.html", user=admin, owner=None, coupons=[])
+            try:
+                owner = await _owner(wanted)
+            except NotFound as exc:
+                return pages.problem(request, admin, 404, "Not found", exc.message)
+            return RedirectResponse(
+                f"/admin/users/{owner.id}/coupons", status_code=303, headers=HEADERS
+            )
+
+        return await pages.signed_in(request, render)
 
     async def _owner(wanted: str) -> User:
         """The user named ``wanted``, or (failing that) the user with that id."""
@@ -86,21 +86,17 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     @routes.get("/users/{user_id}/coupons", response_class=HTMLResponse)
     async def user_coupons(request: Request, user_id: str) -> Response:
-        admin = await pages.user(request)
-        if admin is None:
-            return login_redirect(request)
-        found = id_of(user_id)
-        try:
-            if found is None:
-                raise NotFound(f"no user {user_id}")
-            owner = await accounts.get_user(deps, found)
-        except NotFound as exc:
-            return pages.problem(request, admin, 404, "Not found", exc.message)
-        return pages.page(
-            request,
-            "coupons.html",
-            user=admin,
-            owner=owner,
-            coupons=await shop.coupons_of(deps, owner.id),
-            refresh=5,
-        )
+        async def load(found: int) -> User:
+            return await accounts.get_user(deps, found)
+
+        async def render(admin: User, _: int, owner: User) -> Response:
+            return pages.page(
+                request,
+                "coupons.html",
+                user=admin,
+                owner=owner,
+                coupons=await shop.coupons_of(deps, owner.id),
+                refresh=5,
+            )
+
+        return await pages.one(request, "user", user_id, load, render)

@@ -14,9 +14,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from dueflow.api.admin_pages.site import Pages, id_of, login_redirect
-from dueflow.exceptions import NotFound
+from dueflow.api.admin_pages.site import Pages
 from dueflow.service import report, tickets
+from dueflow.service.accounts import User
 
 #: Shows on the list page, newest first.
 SHOWS_LISTED = 200
@@ -65,37 +65,35 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     @routes.get("/shows", response_class=HTMLResponse)
     async def show_list(request: Request) -> Response:
-        user = await pages.user(request)
-        if user is None:
-            return login_redirect(request)
-        found = await report.shows_overview(deps, SHOWS_LISTED)
-        return pages.page(
-            request, "shows.html", user=user, shows=found, limit=SHOWS_LISTED, refresh=5
-        )
+        async def render(user: User) -> Response:
+            found = await report.shows_overview(deps, SHOWS_LISTED)
+            return pages.page(
+                request, "shows.html", user=user, shows=found, limit=SHOWS_LISTED, refresh=5
+            )
+
+        return await pages.signed_in(request, render)
 
     @routes.get("/shows/{show_id}", response_class=HTMLResponse)
     async def show_page(request: Request, show_id: str) -> Response:
-        user = await pages.user(request)
-        if user is None:
-            return login_redirect(request)
-        found = id_of(show_id)
-        try:
-            if found is None:
-                raise NotFound(f"no show {show_id}")
-            show = await tickets.show_view(deps, found)
-            seat_map = await tickets.seat_map(deps, found)
-        except NotFound as exc:
-            return pages.problem(request, user, 404, "Not found", exc.message)
-        counts = show["seats"]
-        # A cancelled show is still moving while its orders are being cancelled.
-        moving = show["status"] == "on_sale" or counts["held"] + counts["sold"] > 0
-        return pages.page(
-            request,
-            "show.html",
-            user=user,
-            show=show,
-            sections=seat_grid(seat_map),
-            orders=await tickets.show_orders(deps, found, ORDERS_LISTED),
-            limit=ORDERS_LISTED,
-            refresh=5 if moving else 0,
-        )
+        async def load(found: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            return await tickets.show_view(deps, found), await tickets.seat_map(deps, found)
+
+        async def render(
+            user: User, found: int, loaded: tuple[dict[str, Any], list[dict[str, Any]]]
+        ) -> Response:
+            show, seat_map = loaded
+            counts = show["seats"]
+            # A cancelled show is still moving while its orders are being cancelled.
+            moving = show["status"] == "on_sale" or counts["held"] + counts["sold"] > 0
+            return pages.page(
+                request,
+                "show.html",
+                user=user,
+                show=show,
+                sections=seat_grid(seat_map),
+                orders=await tickets.show_orders(deps, found, ORDERS_LISTED),
+                limit=ORDERS_LISTED,
+                refresh=5 if moving else 0,
+            )
+
+        return await pages.one(request, "show", show_id, load, render)

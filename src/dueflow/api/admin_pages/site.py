@@ -1,4 +1,5 @@
-"""What every admin page shares: :class:`Pages` (the session's admin, rendering a template with
+"""What every admin page shares: :class:`Pages` (the session's admin, a page only for it, one
+thing's page found by the id in its path, rendering a template with
 the CSRF token and the flash message, the error page, the redirect back, an action's checked
 POST) and the small helpers of the areas' routes (ids from a path or a form, the login
 redirect, the refusal of a stale form)."""
@@ -9,7 +10,7 @@ import re
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote, unquote
 
 from fastapi import Request
@@ -42,6 +43,9 @@ HEADERS = {
 }
 
 
+T = TypeVar("T")
+
+
 class Pages:
     """The pages over ``deps``, signing sessions with ``secret``."""
 
@@ -59,6 +63,39 @@ class Pages:
         if not cookie:
             return None
         return await sessions.session_user(self.deps, cookie, secret=self.secret)
+
+    async def signed_in(
+        self, request: Request, render: Callable[[User], Awaitable[Response]]
+    ) -> Response:
+        """``render(user)`` for the session's admin; without one, the redirect to the login."""
+        user = await self.user(request)
+        if user is None:
+            return login_redirect(request)
+        return await render(user)
+
+    async def one(
+        self,
+        request: Request,
+        kind: str,
+        raw_id: str,
+        load: Callable[[int], Awaitable[T]],
+        render: Callable[[User, int, T], Awaitable[Response]],
+    ) -> Response:
+        """The page of one ``kind`` named by the path's ``raw_id``, for the session's admin:
+        ``render(user, id, load(id))``; the not-found page when ``raw_id`` is no id or ``load``
+        finds nothing (raises NotFound)."""
+
+        async def found(user: User) -> Response:
+            one_id = id_of(raw_id)
+            try:
+                if one_id is None:
+                    raise NotFound(f"no {kind} {raw_id}")
+                loaded = await load(one_id)
+            except NotFound as exc:
+                return self.problem(request, user, 404, "Not found", exc.message)
+            return await render(user, one_id, loaded)
+
+        return await self.signed_in(request, found)
 
     def page(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         """Render a template with the session's CSRF token and the pending flash message."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from dueflow.api.admin_pages.site import Pages, checked_id, login_redirect
+from dueflow.api.admin_pages.site import Pages, checked_id
 from dueflow.service import operations
+from dueflow.service.accounts import User
 
 
 def add_routes(routes: APIRouter, pages: Pages) -> None:
@@ -15,21 +16,23 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     @routes.get("/timers", response_class=HTMLResponse)
     async def timer_list(request: Request, state: str = "stuck") -> Response:
-        user = await pages.user(request)
-        if user is None:
-            return login_redirect(request)
-        if state not in operations.TIMER_STATES:
-            return pages.problem(request, user, 422, "Bad filter", f"unknown timer state {state!r}")
-        found = await operations.timers_in_state(deps, state, 200)
-        return pages.page(
-            request,
-            "timers.html",
-            user=user,
-            timers=found,
-            state=state,
-            states=operations.TIMER_STATES,
-            refresh=5,
-        )
+        async def render(user: User) -> Response:
+            if state not in operations.TIMER_STATES:
+                return pages.problem(
+                    request, user, 422, "Bad filter", f"unknown timer state {state!r}"
+                )
+            found = await operations.timers_in_state(deps, state, 200)
+            return pages.page(
+                request,
+                "timers.html",
+                user=user,
+                timers=found,
+                state=state,
+                states=operations.TIMER_STATES,
+                refresh=5,
+            )
+
+        return await pages.signed_in(request, render)
 
     @routes.post("/timers/{timer_id}/run-now")
     async def run_now(request: Request, timer_id: int) -> Response:
