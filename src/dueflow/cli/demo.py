@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -48,6 +50,9 @@ def demo(
     sellers that ship, ship late or never (or, with --flow tickets, a ticket sale: buyers racing
     for the same seats, a show cancelled; with --flow shop, a shop: stock, coupons, a flash
     sale, orders that expire). Ends with a table of outcomes and checked invariants."""
+    # The marketplace plays orders, the other flows buyers.
+    count = {"orders" if flow is DemoFlow.MARKETPLACE else "buyers": orders_count}
+    players: dict[DemoFlow, Callable[..., Coroutine[Any, Any, bool]]]
     if url is not None:
         from dueflow.demo import http as demo_http
         from dueflow.demo import http_shop as demo_http_shop
@@ -58,48 +63,23 @@ def demo(
                 "[red]error:[/red] --url needs an admin token: --admin-token or DUEFLOW_ADMIN_TOKEN"
             )
             raise typer.Exit(2)
-        if flow is DemoFlow.TICKETS:
-            sale = demo_http_tickets.run(
-                url=url,
-                admin_token=admin_token,
-                buyers=orders_count,
-                seed=seed,
-                live=live,
-                console=out,
-            )
-        elif flow is DemoFlow.SHOP:
-            sale = demo_http_shop.run(
-                url=url,
-                admin_token=admin_token,
-                buyers=orders_count,
-                seed=seed,
-                live=live,
-                console=out,
-            )
-        else:
-            sale = demo_http.run(
-                url=url,
-                admin_token=admin_token,
-                orders=orders_count,
-                seed=seed,
-                live=live,
-                console=out,
-            )
-        raise typer.Exit(0 if run(sale) else 1)
-    from dueflow.demo import marketplace as demo_module
-    from dueflow.demo import shop as demo_shop
-    from dueflow.demo import tickets as demo_tickets
-
-    if flow is DemoFlow.TICKETS:
-        sale = demo_tickets.run(
-            buyers=orders_count, speed=speed, db=db, seed=seed, live=live, console=out
-        )
-    elif flow is DemoFlow.SHOP:
-        sale = demo_shop.run(
-            buyers=orders_count, speed=speed, db=db, seed=seed, live=live, console=out
+        players = {
+            DemoFlow.MARKETPLACE: demo_http.run,
+            DemoFlow.TICKETS: demo_http_tickets.run,
+            DemoFlow.SHOP: demo_http_shop.run,
+        }
+        sale = players[flow](
+            url=url, admin_token=admin_token, seed=seed, live=live, console=out, **count
         )
     else:
-        sale = demo_module.run(
-            orders=orders_count, speed=speed, db=db, seed=seed, live=live, console=out
-        )
+        from dueflow.demo import marketplace as demo_module
+        from dueflow.demo import shop as demo_shop
+        from dueflow.demo import tickets as demo_tickets
+
+        players = {
+            DemoFlow.MARKETPLACE: demo_module.run,
+            DemoFlow.TICKETS: demo_tickets.run,
+            DemoFlow.SHOP: demo_shop.run,
+        }
+        sale = players[flow](speed=speed, db=db, seed=seed, live=live, console=out, **count)
     raise typer.Exit(0 if run(sale) else 1)
