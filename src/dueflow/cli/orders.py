@@ -4,6 +4,7 @@ review and show an order."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -63,13 +64,16 @@ def orders_place(
     )
 
 
-def _act(name: str, action: Callable[[Deps, int], Awaitable[Any]]) -> None:
+def _act(name: str, action: Callable[[Deps, int], Awaitable[Any]], done: str) -> None:
+    """``action(deps, id)`` as the user ``name``, then ``done`` printed."""
+
     async def go(deps: Deps) -> str:
         user = await accounts.get_user(deps, name)
         await action(deps, user.id)
         return "ok"
 
     run(with_deps(settings_or_exit(), go))
+    out.print(done)
 
 
 @app.command("cancel")
@@ -85,8 +89,7 @@ def orders_cancel(
         else:
             await orders.cancel_by_buyer(deps, order_id=order_id, user_id=user_id)
 
-    _act(user, cancel)
-    out.print(f"order {order_id} cancelled")
+    _act(user, cancel, f"order {order_id} cancelled")
 
 
 @app.command("ship")
@@ -97,13 +100,12 @@ def orders_ship(
     tracking_no: str = typer.Option(..., "--tracking-no", callback=one_line),
 ) -> None:
     """The seller ships an order."""
+    ship = partial(orders.ship, order_id=order_id, carrier=carrier, tracking_no=tracking_no)
     _act(
         user,
-        lambda d, uid: orders.ship(
-            d, order_id=order_id, user_id=uid, carrier=carrier, tracking_no=tracking_no
-        ),
+        lambda d, uid: ship(d, user_id=uid),
+        f"order {order_id} shipped with {carrier} {tracking_no}",
     )
-    out.print(f"order {order_id} shipped with {carrier} {tracking_no}")
 
 
 @app.command("confirm")
@@ -111,8 +113,8 @@ def orders_confirm(
     order_id: int, user: str = typer.Option(..., "--as", help="The buyer's name.")
 ) -> None:
     """The buyer confirms receipt."""
-    _act(user, lambda d, uid: orders.confirm_receipt(d, order_id=order_id, user_id=uid))
-    out.print(f"order {order_id} received")
+    receive = partial(orders.confirm_receipt, order_id=order_id)
+    _act(user, lambda d, uid: receive(d, user_id=uid), f"order {order_id} received")
 
 
 @app.command("review")
@@ -123,13 +125,8 @@ def orders_review(
     comment: str = typer.Option("", callback=multiline),
 ) -> None:
     """The buyer or the seller reviews a received order."""
-    _act(
-        user,
-        lambda d, uid: orders.review(
-            d, order_id=order_id, user_id=uid, rating=rating, comment=comment
-        ),
-    )
-    out.print(f"order {order_id} reviewed by {user}")
+    review = partial(orders.review, order_id=order_id, rating=rating, comment=comment)
+    _act(user, lambda d, uid: review(d, user_id=uid), f"order {order_id} reviewed by {user}")
 
 
 @app.command("show")
