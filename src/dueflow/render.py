@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -22,6 +23,26 @@ ORDER_STATUSES = (
 
 def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+#: A table's column: the row's field as text (None as an empty cell), or a function of the row.
+Column = str | Callable[[Mapping[str, Any]], str]
+
+
+def table_of(
+    rows: Iterable[Mapping[str, Any]], columns: Mapping[str, Column], title: str | None = None
+) -> Table:
+    """A table with the ``columns`` (heading: field or function) and a line per row."""
+    table = Table(*columns, title=title)
+    for row in rows:
+        table.add_row(*(_cell(row, column) for column in columns.values()))
+    return table
+
+
+def _cell(row: Mapping[str, Any], column: Column) -> str:
+    if callable(column):
+        return column(row)
+    return "" if row[column] is None else str(row[column])
 
 
 def lines_text(lines: list[dict[str, Any]]) -> str:
@@ -67,28 +88,24 @@ def print_order(console: Console, view: dict[str, Any]) -> None:
             f"  notice {notice['kind']}: {notice['state']}, {notice['deliveries']} deliveries,"
             f" sent {_when(notice['sent_at'])}"
         )
-    timers = Table("timer", "kind", "due", "state", "attempts", "outcome", title="timers")
-    for t in view["timers"]:
-        timers.add_row(
-            str(t["id"]),
-            t["kind"],
-            _when(t["due_at"]),
-            t["state"],
-            str(t["attempts"]),
-            t["outcome"] or "",
-        )
-    console.print(timers)
-    timeline = Table("at", "event", "actor", "from", "to", "detail", title="timeline")
-    for e in view["timeline"]:
-        timeline.add_row(
-            _when(e["at"]),
-            e["event"],
-            e["actor"],
-            e["from_status"] or "",
-            e["to_status"] or "",
-            e["detail"] or "",
-        )
-    console.print(timeline)
+    timers: dict[str, Column] = {
+        "timer": "id",
+        "kind": "kind",
+        "due": lambda t: _when(t["due_at"]),
+        "state": "state",
+        "attempts": "attempts",
+        "outcome": "outcome",
+    }
+    console.print(table_of(view["timers"], timers, title="timers"))
+    timeline: dict[str, Column] = {
+        "at": lambda e: _when(e["at"]),
+        "event": "event",
+        "actor": "actor",
+        "from": "from_status",
+        "to": "to_status",
+        "detail": "detail",
+    }
+    console.print(table_of(view["timeline"], timeline, title="timeline"))
     for refund in view["refunds"]:
         console.print(
             f"  refund {refund['refund_no']} {refund['amount']} {refund['state']} ({refund['reason']})"

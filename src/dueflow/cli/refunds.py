@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
 from dueflow.cli._common import one_line, out, run, settings_or_exit, with_deps
-from dueflow.cli._lazy import refunds
+from dueflow.cli._lazy import refunds, render
 
 app = typer.Typer(
     no_args_is_help=True, help="Review refunds: approve, retry, reject, settle off-line."
@@ -22,19 +21,17 @@ def refunds_list(
     rows = run(
         with_deps(settings_or_exit(), lambda d: refunds.list_refunds(d, state=state, limit=limit))
     )
-    table = Table("id", "refund no", "order", "provider", "amount", "reason", "state", "error")
-    for r in rows:
-        table.add_row(
-            str(r["id"]),
-            r["refund_no"],
-            str(r["order_id"]),
-            r["provider"],
-            str(r["amount"]),
-            r["reason"],
-            r["state"],
-            r["last_error"] or "",
-        )
-    out.print(table)
+    columns = {
+        "id": "id",
+        "refund no": "refund_no",
+        "order": "order_id",
+        "provider": "provider",
+        "amount": "amount",
+        "reason": "reason",
+        "state": "state",
+        "error": "last_error",
+    }
+    out.print(render.table_of(rows, columns))
 
 
 @app.command("approve")

@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from dueflow.cli._common import one_line, out, run, settings_or_exit, with_deps
 from dueflow.cli._lazy import accounts, render, shop, shop_overview
@@ -117,16 +116,8 @@ def skus_list(
 ) -> None:
     """SKUs with their units, newest first."""
     rows = run(with_deps(settings_or_exit(), lambda d: shop_overview.skus_overview(d, limit)))
-    table = Table("id", "title", "seller", "price", "stock", "held", "sold", "stocked")
-    for s in rows:
-        table.add_row(
-            str(s["id"]),
-            s["title"],
-            s["seller"],
-            str(s["price"]),
-            *(str(s[n]) for n in ("stock", "held", "sold", "stocked")),
-        )
-    out.print(table)
+    columns = ("id", "title", "seller", "price", "stock", "held", "sold", "stocked")
+    out.print(render.table_of(rows, {name: name for name in columns}))
 
 
 # --- coupons --------------------------------------------------------------------------------
@@ -198,19 +189,17 @@ def coupons_list(user: str = typer.Option(..., help="The owner's name.")) -> Non
         return await shop.coupons_of(deps, owner.id)
 
     rows = run(with_deps(settings_or_exit(), go))
-    table = Table("id", "title", "seller", "off", "min", "state", "order", "valid until")
-    for c in rows:
-        table.add_row(
-            str(c["id"]),
-            c["title"],
-            str(c["seller_id"]),
-            str(c["amount_off"]),
-            str(c["min_amount"]),
-            c["state"],
-            "" if c["order_id"] is None else str(c["order_id"]),
-            _when(c["valid_until"]),
-        )
-    out.print(table)
+    columns: dict[str, render.Column] = {
+        "id": "id",
+        "title": "title",
+        "seller": "seller_id",
+        "off": "amount_off",
+        "min": "min_amount",
+        "state": "state",
+        "order": "order_id",
+        "valid until": lambda c: _when(c["valid_until"]),
+    }
+    out.print(render.table_of(rows, columns))
 
 
 # --- flash sales ----------------------------------------------------------------------------
