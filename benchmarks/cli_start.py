@@ -63,19 +63,24 @@ def main() -> None:
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"before": export(opts.before, Path(tmp)), "after": ROOT / "src"}
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
-        env["DUEFLOW_DATABASE_URL"] = f"sqlite:///{tmp}/status.db"
-        subprocess.run(
-            [str(DUEFLOW), "migrate"],
-            env={**env, "PYTHONPATH": str(trees["after"])},
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
+        # A database per tree, migrated by that tree: the trees' schemas may differ.
+        envs = {
+            name: {**clean, "DUEFLOW_DATABASE_URL": f"sqlite:///{tmp}/status-{name}.db"}
+            for name in trees
+        }
+        for name, src in trees.items():
+            subprocess.run(
+                [str(DUEFLOW), "migrate"],
+                env={**envs[name], "PYTHONPATH": str(src)},
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
         for args in (["--help"], ["status"]):
             times: dict[str, list[float]] = {name: [] for name in trees}
             for _ in range(opts.runs):
                 for name, src in trees.items():
-                    times[name].append(wall(src, args, env))
+                    times[name].append(wall(src, args, envs[name]))
             for name, found in times.items():
                 print(
                     f"dueflow {' '.join(args)}: {name} median {statistics.median(found) * 1000:.0f}"
