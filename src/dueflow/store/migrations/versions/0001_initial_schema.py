@@ -1,9 +1,4 @@
-"""initial schema
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-11-30 03:14:08.862147
-"""
+"""initial schema"""
 
 from __future__ import annotations
 
@@ -16,8 +11,6 @@ LIVE_TIMERS = "state IN ('scheduled', 'claimed')"
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

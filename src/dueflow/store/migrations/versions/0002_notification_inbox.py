@@ -1,9 +1,4 @@
-"""notification inbox
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-11-30 04:42:32.168453
-"""
+"""notification inbox"""
 
 from __future__ import annotations
 
@@ -14,8 +9,6 @@ import dueflow.store.types
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,9 +1,4 @@
-"""reminder claims
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-11-30 05:00:58.545080
-"""
+"""reminder claims"""
 
 from __future__ import annotations
 
@@ -14,8 +9,6 @@ import dueflow.store.types
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

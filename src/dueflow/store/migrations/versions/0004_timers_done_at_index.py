@@ -1,9 +1,4 @@
-"""timers done_at index
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-11-30 05:50:00
-"""
+"""timers done_at index"""
 
 from __future__ import annotations
 
@@ -11,8 +6,6 @@ from alembic import op
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,9 +1,4 @@
-"""payment start answer
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-12-01 09:00:00
-"""
+"""payment start answer"""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

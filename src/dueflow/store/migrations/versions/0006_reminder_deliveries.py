@@ -1,9 +1,4 @@
-"""reminder deliveries
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-01 09:00:00
-"""
+"""reminder deliveries"""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

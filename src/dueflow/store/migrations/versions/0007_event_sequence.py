@@ -1,9 +1,4 @@
-"""event sequence
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-12-01 10:00:00
-"""
+"""event sequence"""
 
 from __future__ import annotations
 
@@ -14,8 +9,6 @@ from dueflow.store.types import UTCDateTime
 
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,9 +1,4 @@
-"""list indexes
-
-Revision ID: 0008
-Revises: 0007
-Create Date: 2026-12-01 10:00:00
-"""
+"""list indexes"""
 
 from __future__ import annotations
 
@@ -11,8 +6,6 @@ from alembic import op
 
 revision = "0008"
 down_revision = "0007"
-branch_labels = None
-depends_on = None
 
 #: The goods and orders lists read pages newest first by id within one filter: each index puts
 #: the filter's equalities first and id last, so a page is one range read (see store/lists.py).

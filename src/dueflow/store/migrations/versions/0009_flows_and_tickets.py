@@ -1,10 +1,5 @@
 """flows and tickets: orders.profile becomes orders.flow, order lines, shows, seats, seat holds,
-per-buyer seat counts and tickets
-
-Revision ID: 0009
-Revises: 0008
-Create Date: 2026-12-01 12:15:00
-"""
+per-buyer seat counts and tickets"""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from dueflow.store.types import Money, UTCDateTime
 
 revision = "0009"
 down_revision = "0008"
-branch_labels = None
-depends_on = None
 
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

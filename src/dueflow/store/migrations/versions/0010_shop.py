@@ -1,10 +1,5 @@
 """shop: SKUs, coupon templates and coupons, flash sales and their per-buyer counts, and the
-Idempotency-Keys of placed orders
-
-Revision ID: 0010
-Revises: 0009
-Create Date: 2026-12-01 15:20:00
-"""
+Idempotency-Keys of placed orders"""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from dueflow.store.types import Money, UTCDateTime
 
 revision = "0010"
 down_revision = "0009"
-branch_labels = None
-depends_on = None
 
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

@@ -1,9 +1,4 @@
-"""provider refunds: what a provider gave back of an attempt on its own
-
-Revision ID: 0011
-Revises: 0010
-Create Date: 2026-12-04 09:00:00
-"""
+"""provider refunds: what a provider gave back of an attempt on its own"""
 
 from __future__ import annotations
 
@@ -14,8 +9,6 @@ from dueflow.store.types import Money
 
 revision = "0011"
 down_revision = "0010"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,9 +1,4 @@
-"""parked timers: a timer's consecutive failures, and an index of the parked ones
-
-Revision ID: 0012
-Revises: 0011
-Create Date: 2026-12-05 09:00:00
-"""
+"""parked timers: a timer's consecutive failures, and an index of the parked ones"""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "0012"
 down_revision = "0011"
-branch_labels = None
-depends_on = None
 
 #: As store/schema.py declares it: partial on PostgreSQL, whose ix_timers_live holds only live
 #: timers; a plain index elsewhere, as ix_timers_live is.
