@@ -1,8 +1,8 @@
-"""What every table shares: the metadata (its naming convention) and the id type."""
+"""What every table shares: the metadata (its naming convention)."""
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Integer, MetaData
+from sqlalchemy import MetaData
 
 metadata = MetaData(
     naming_convention={
@@ -12,6 +12,3 @@ metadata = MetaData(
         "ck": "ck_%(table_name)s_%(constraint_name)s",
     }
 )
-
-# SQLite needs INTEGER PRIMARY KEY for rowid aliasing; elsewhere ids are 64-bit.
-Id = BigInteger().with_variant(Integer(), "sqlite")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, String, Table, Text, text
 
-from dueflow.store._schema_base import Id, metadata
-from dueflow.store.types import UTCDateTime
+from dueflow.store._schema_base import metadata
+from dueflow.store.types import Id, UTCDateTime
 
 order_events = Table(
     "order_events",

@@ -15,8 +15,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from dueflow.store._schema_base import Id, metadata
-from dueflow.store.types import Money, UTCDateTime
+from dueflow.store._schema_base import metadata
+from dueflow.store.types import Id, Money, UTCDateTime
 
 users = Table(
     "users",

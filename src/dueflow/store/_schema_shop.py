@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import CheckConstraint, Column, ForeignKey, Index, Integer, String, Table
 
-from dueflow.store._schema_base import Id, metadata
-from dueflow.store.types import Money, UTCDateTime
+from dueflow.store._schema_base import metadata
+from dueflow.store.types import Id, Money, UTCDateTime
 
 #: A shop's stock keeping unit. Its units are counted where they are: ``stock`` (on sale),
 #: ``held`` (by live unpaid orders), ``sold`` (with paid orders, refunded or not: an operator

@@ -15,8 +15,8 @@ from sqlalchemy import (
     text,
 )
 
-from dueflow.store._schema_base import Id, metadata
-from dueflow.store.types import UTCDateTime
+from dueflow.store._schema_base import metadata
+from dueflow.store.types import Id, UTCDateTime
 
 LIVE_TIMERS = "state IN ('scheduled', 'claimed')"
 PARKED_TIMERS = "state = 'parked'"

@@ -13,7 +13,7 @@ here, so callers keep ``schema.orders``, ``schema.timers``, ...:
 
 from __future__ import annotations
 
-from dueflow.store._schema_base import Id, metadata
+from dueflow.store._schema_base import metadata
 from dueflow.store._schema_events import event_deliveries, event_sequence, order_events
 from dueflow.store._schema_orders import (
     goods,
@@ -27,6 +27,7 @@ from dueflow.store._schema_payments import discrepancies, notifications, payment
 from dueflow.store._schema_shop import coupon_templates, coupons, flash_buyers, flash_sales, skus
 from dueflow.store._schema_shows import seat_holds, seats, show_buyers, shows, tickets
 from dueflow.store._schema_timers import LIVE_TIMERS, PARKED_TIMERS, reminders, timers
+from dueflow.store.types import Id
 
 __all__ = [
     "LIVE_TIMERS",

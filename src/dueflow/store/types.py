@@ -1,4 +1,8 @@
-"""Column types that behave the same on SQLite, PostgreSQL and MySQL."""
+"""Column types that behave the same on SQLite, PostgreSQL and MySQL.
+
+The migrations build their tables with these types too: what one makes in a database must
+never change, or old revisions would make another schema than they did.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,16 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Column, DateTime, Dialect, Numeric, String
+from sqlalchemy import BigInteger, Column, DateTime, Dialect, Integer, Numeric, String
 from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeDecorator
 
 CENT = Decimal("0.01")
 #: The most a text column without a length holds on every backend: MySQL's TEXT, in bytes.
 TEXT_BYTES = 65_535
+
+# SQLite needs INTEGER PRIMARY KEY for rowid aliasing; elsewhere ids are 64-bit.
+Id = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
