@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from dueflow.store.types import UTCDateTime
+from dueflow.store.types import Id, UTCDateTime
 
 revision = "0007"
 down_revision = "0006"
@@ -29,12 +29,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "event_deliveries",
-        sa.Column(
-            "id",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            autoincrement=True,
-            nullable=False,
-        ),
+        sa.Column("id", Id, autoincrement=True, nullable=False),
         sa.Column("name", sa.String(length=40), nullable=False),
         sa.Column("delivered_seq", sa.BigInteger(), nullable=False),
         sa.Column("until_seq", sa.BigInteger(), nullable=True),

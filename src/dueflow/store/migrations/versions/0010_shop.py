@@ -6,12 +6,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from dueflow.store.types import Money, UTCDateTime
+from dueflow.store.types import Id, Money, UTCDateTime
 
 revision = "0010"
 down_revision = "0009"
-
-Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
