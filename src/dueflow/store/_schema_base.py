@@ -1,8 +1,11 @@
-"""What every table shares: the metadata (its naming convention)."""
+"""What every table shares: the metadata (its naming convention), and the key most tables have."""
 
 from __future__ import annotations
 
-from sqlalchemy import MetaData
+from sqlalchemy import Column, MetaData, Table
+from sqlalchemy.schema import SchemaItem
+
+from dueflow.store.types import Id
 
 metadata = MetaData(
     naming_convention={
@@ -12,3 +15,9 @@ metadata = MetaData(
         "ck": "ck_%(table_name)s_%(constraint_name)s",
     }
 )
+
+
+def table_with_id(name: str, *items: SchemaItem) -> Table:
+    """Table ``name`` of :data:`metadata`, keyed by its own ``id`` (numbered by the database)
+    and then holding ``items``, its columns, constraints and indexes."""
+    return Table(name, metadata, Column("id", Id, primary_key=True, autoincrement=True), *items)

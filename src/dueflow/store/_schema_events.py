@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, String, Table, Text, text
 
-from dueflow.store._schema_base import metadata
+from dueflow.store._schema_base import metadata, table_with_id
 from dueflow.store.types import Id, UTCDateTime
 
-order_events = Table(
+order_events = table_with_id(
     "order_events",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
     Column("at", UTCDateTime, nullable=False),
     Column("event", String(32), nullable=False),
@@ -37,10 +35,8 @@ event_sequence = Table(
 
 #: Where each webhook delivery stream stands: the live stream (name "live", whose lease says
 #: which process delivers) and operators' replays of one event or a range.
-event_deliveries = Table(
+event_deliveries = table_with_id(
     "event_deliveries",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("name", String(40), nullable=False, unique=True),
     # Every event up to this seq has been delivered (a replay starts one before its first).
     Column("delivered_seq", BigInteger, nullable=False),

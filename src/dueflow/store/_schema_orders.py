@@ -3,35 +3,21 @@ reviews."""
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    Boolean,
-    Column,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-)
+from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 
-from dueflow.store._schema_base import metadata
+from dueflow.store._schema_base import table_with_id
 from dueflow.store.types import Id, Money, UTCDateTime
 
-users = Table(
+users = table_with_id(
     "users",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("name", String(64), nullable=False, unique=True),
     Column("token_hash", String(64), nullable=False, unique=True),
     Column("is_admin", Boolean, nullable=False, default=False),
     Column("created_at", UTCDateTime, nullable=False),
 )
 
-goods = Table(
+goods = table_with_id(
     "goods",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("seller_id", Id, ForeignKey("users.id"), nullable=False),
     Column("title", String(200), nullable=False),
     Column("price", Money, nullable=False),
@@ -47,10 +33,8 @@ goods = Table(
     Index("ix_goods_seller_id_id", "seller_id", "id"),
 )
 
-orders = Table(
+orders = table_with_id(
     "orders",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     # The order's life (domain.lifecycle.LIFECYCLES), chosen by what it holds.
     Column("flow", String(32), nullable=False),
     Column("order_type", String(32), nullable=False),
@@ -88,10 +72,8 @@ orders = Table(
 #: What each order holds, one row per thing held, kept for good (what was bought): goods, seats
 #: SKU units, flash-sale units, a coupon. The live holds themselves are where each kind keeps
 #: them (goods.reserved_order_id, seat_holds, the counts of skus and flash_sales, coupons).
-order_lines = Table(
+order_lines = table_with_id(
     "order_lines",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
     Column("kind", String(16), nullable=False),  # goods | seat | sku | flash | coupon
     Column("item_id", Id, nullable=False),  # the goods, seat, SKU, flash sale or coupon id
@@ -104,10 +86,8 @@ order_lines = Table(
 
 #: ``Idempotency-Key`` of POST /api/orders: the first order placed under (buyer, key), the hash
 #: of its request and, once answered, the answer itself. Written in the placing transaction.
-idempotency_keys = Table(
+idempotency_keys = table_with_id(
     "idempotency_keys",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("buyer_id", Id, ForeignKey("users.id"), nullable=False),
     Column("key", String(255), nullable=False),
     Column("request_hash", String(64), nullable=False),
@@ -119,10 +99,8 @@ idempotency_keys = Table(
     Index("ix_idempotency_keys_created_at", "created_at"),
 )
 
-reviews = Table(
+reviews = table_with_id(
     "reviews",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
     Column("role", String(8), nullable=False),  # buyer | seller
     Column("author_id", Id, ForeignKey("users.id"), nullable=False),

@@ -3,24 +3,13 @@ inbox."""
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    Boolean,
-    Column,
-    ForeignKey,
-    LargeBinary,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-)
+from sqlalchemy import Boolean, Column, ForeignKey, LargeBinary, String, Text, UniqueConstraint
 
-from dueflow.store._schema_base import metadata
+from dueflow.store._schema_base import table_with_id
 from dueflow.store.types import Id, Money, UTCDateTime
 
-payments = Table(
+payments = table_with_id(
     "payments",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("pay_no", String(32), nullable=False, unique=True),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
     Column("provider", String(16), nullable=False),
@@ -38,10 +27,8 @@ payments = Table(
     Column("provider_refunded", Money),
 )
 
-refunds = Table(
+refunds = table_with_id(
     "refunds",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("refund_no", String(40), nullable=False, unique=True),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
     # One refund per paid attempt: normally one per order, two only if two attempts were paid.
@@ -57,10 +44,8 @@ refunds = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
-discrepancies = Table(
+discrepancies = table_with_id(
     "discrepancies",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("kind", String(32), nullable=False),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
     Column("payment_id", Id, ForeignKey("payments.id"), nullable=False),
@@ -69,10 +54,8 @@ discrepancies = Table(
     UniqueConstraint("payment_id", "kind"),
 )
 
-notifications = Table(
+notifications = table_with_id(
     "notifications",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("provider", String(16), nullable=False),
     Column("received_at", UTCDateTime, nullable=False),
     Column("headers", Text, nullable=False),  # JSON object of the request headers

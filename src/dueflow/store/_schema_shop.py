@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from sqlalchemy import CheckConstraint, Column, ForeignKey, Index, Integer, String, Table
 
-from dueflow.store._schema_base import metadata
+from dueflow.store._schema_base import metadata, table_with_id
 from dueflow.store.types import Id, Money, UTCDateTime
 
 #: A shop's stock keeping unit. Its units are counted where they are: ``stock`` (on sale),
 #: ``held`` (by live unpaid orders), ``sold`` (with paid orders, refunded or not: an operator
 #: restocks what comes back); ``stocked`` is every unit ever put in. Stock is taken by one
 #: guarded update (``stock >= :q``); the checks are the last line.
-skus = Table(
+skus = table_with_id(
     "skus",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("seller_id", Id, ForeignKey("users.id"), nullable=False),
     Column("title", String(200), nullable=False),
     Column("price", Money, nullable=False),
@@ -31,10 +29,8 @@ skus = Table(
 
 #: What a seller's coupons are worth: an amount off orders of at least ``min_amount`` from the
 #: seller, valid in [valid_from, valid_until), at most ``total`` issued.
-coupon_templates = Table(
+coupon_templates = table_with_id(
     "coupon_templates",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("seller_id", Id, ForeignKey("users.id"), nullable=False, index=True),
     Column("title", String(200), nullable=False),
     Column("amount_off", Money, nullable=False),
@@ -49,10 +45,8 @@ coupon_templates = Table(
 
 #: A coupon issued to a user: available -> locked (by one unpaid order) -> used (paid); a cancel
 #: before payment gives it back (available, or expired once its validity ended).
-coupons = Table(
+coupons = table_with_id(
     "coupons",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("template_id", Id, ForeignKey("coupon_templates.id"), nullable=False),
     Column("user_id", Id, ForeignKey("users.id"), nullable=False),
     Column("state", String(16), nullable=False),  # available | locked | used | expired
@@ -69,10 +63,8 @@ coupons = Table(
 
 #: A flash sale of one SKU: its own price, its own units (counted like a SKU's), a window and
 #: a per-buyer limit. A flash order holds units of the sale and of the SKU.
-flash_sales = Table(
+flash_sales = table_with_id(
     "flash_sales",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("sku_id", Id, ForeignKey("skus.id"), nullable=False, index=True),
     Column("seller_id", Id, ForeignKey("users.id"), nullable=False),
     Column("price", Money, nullable=False),

@@ -13,13 +13,11 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from dueflow.store._schema_base import metadata
+from dueflow.store._schema_base import metadata, table_with_id
 from dueflow.store.types import Id, Money, UTCDateTime
 
-shows = Table(
+shows = table_with_id(
     "shows",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("organizer_id", Id, ForeignKey("users.id"), nullable=False),
     Column("title", String(200), nullable=False),
     Column("venue", String(200), nullable=False),
@@ -33,10 +31,8 @@ shows = Table(
     Index("ix_shows_organizer_id_id", "organizer_id", "id"),
 )
 
-seats = Table(
+seats = table_with_id(
     "seats",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("show_id", Id, ForeignKey("shows.id"), nullable=False),
     Column("label", String(16), nullable=False),
     Column("section", String(8), nullable=False),
@@ -50,10 +46,8 @@ seats = Table(
 #: Live seat holds and sales: a row per seat held by a live unpaid order or sold to a paid one,
 #: deleted when the order lets the seat go. The unique key is the promise that no seat is held
 #: or sold twice, whatever any cache says.
-seat_holds = Table(
+seat_holds = table_with_id(
     "seat_holds",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("show_id", Id, ForeignKey("shows.id"), nullable=False),
     Column("seat_id", Id, ForeignKey("seats.id"), nullable=False),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
@@ -76,10 +70,8 @@ show_buyers = Table(
 )
 
 #: One ticket per seat of a paid order, its code unguessable; void once the show is cancelled.
-tickets = Table(
+tickets = table_with_id(
     "tickets",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("code", String(32), nullable=False, unique=True),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
     Column("show_id", Id, ForeignKey("shows.id"), nullable=False),

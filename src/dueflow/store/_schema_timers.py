@@ -9,23 +9,20 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
-    Table,
     Text,
     UniqueConstraint,
     text,
 )
 
-from dueflow.store._schema_base import metadata
+from dueflow.store._schema_base import table_with_id
 from dueflow.store.types import Id, UTCDateTime
 
 LIVE_TIMERS = "state IN ('scheduled', 'claimed')"
 PARKED_TIMERS = "state = 'parked'"
 
 
-timers = Table(
+timers = table_with_id(
     "timers",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
     Column("kind", String(32), nullable=False),
     # deadline_at: the business deadline (for lateness); due_at: when to fire next (backoff moves it).
@@ -61,10 +58,8 @@ timers = Table(
     Index("ix_timers_parked", "state", "due_at", postgresql_where=text(PARKED_TIMERS)),
 )
 
-reminders = Table(
+reminders = table_with_id(
     "reminders",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
     Column("kind", String(32), nullable=False),
     # pending | sending (claimed by one handler until lease_until) | sent | unknown (sent, no
