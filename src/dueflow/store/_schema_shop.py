@@ -3,27 +3,36 @@
 from __future__ import annotations
 
 from sqlalchemy import CheckConstraint, Column, ForeignKey, Index, Integer, String, Table
+from sqlalchemy.schema import SchemaItem
 
 from dueflow.store._schema_base import metadata, table_with_id
 from dueflow.store.types import Id, Money, UTCDateTime
 
-#: A shop's stock keeping unit. Its units are counted where they are: ``stock`` (on sale),
-#: ``held`` (by live unpaid orders), ``sold`` (with paid orders, refunded or not: an operator
-#: restocks what comes back); ``stocked`` is every unit ever put in. Stock is taken by one
-#: guarded update (``stock >= :q``); the checks are the last line.
+
+def _units() -> tuple[SchemaItem, ...]:
+    """The units of a SKU or a flash sale, counted where they are: ``stock`` (on sale), ``held``
+    (by live unpaid orders), ``sold`` (with paid orders, refunded or not: an operator restocks
+    what comes back); ``stocked`` is every unit ever put in. Stock is taken by one guarded
+    update (``stock >= :q``); the checks are the last line."""
+    return (
+        Column("stock", Integer, nullable=False),
+        Column("held", Integer, nullable=False),
+        Column("sold", Integer, nullable=False),
+        Column("stocked", Integer, nullable=False),
+        CheckConstraint("stock >= 0 AND held >= 0 AND sold >= 0", name="counts_not_negative"),
+        CheckConstraint("stock + held + sold = stocked", name="units_balance"),
+    )
+
+
+#: A shop's stock keeping unit: a seller's item at one price, sold from its units (:func:`_units`).
 skus = table_with_id(
     "skus",
     Column("seller_id", Id, ForeignKey("users.id"), nullable=False),
     Column("title", String(200), nullable=False),
     Column("price", Money, nullable=False),
-    Column("stock", Integer, nullable=False),
-    Column("held", Integer, nullable=False),
-    Column("sold", Integer, nullable=False),
-    Column("stocked", Integer, nullable=False),
+    *_units(),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
-    CheckConstraint("stock >= 0 AND held >= 0 AND sold >= 0", name="counts_not_negative"),
-    CheckConstraint("stock + held + sold = stocked", name="units_balance"),
     Index("ix_skus_seller_id_id", "seller_id", "id"),
 )
 
@@ -68,17 +77,12 @@ flash_sales = table_with_id(
     Column("sku_id", Id, ForeignKey("skus.id"), nullable=False, index=True),
     Column("seller_id", Id, ForeignKey("users.id"), nullable=False),
     Column("price", Money, nullable=False),
-    Column("stock", Integer, nullable=False),
-    Column("held", Integer, nullable=False),
-    Column("sold", Integer, nullable=False),
-    Column("stocked", Integer, nullable=False),
+    *_units(),
     Column("starts_at", UTCDateTime, nullable=False),
     Column("ends_at", UTCDateTime, nullable=False),
     Column("per_buyer_limit", Integer, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
-    CheckConstraint("stock >= 0 AND held >= 0 AND sold >= 0", name="counts_not_negative"),
-    CheckConstraint("stock + held + sold = stocked", name="units_balance"),
 )
 
 #: Units each buyer holds or bought of a flash sale: the per-buyer limit is one guarded update.
