@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, String, Table, Text, text
 
-from dueflow.store._schema_base import metadata, table_with_id
+from dueflow.store._schema_base import metadata, table_with_id, timestamps
 from dueflow.store.types import Id, UTCDateTime
 
 order_events = table_with_id(
@@ -49,7 +49,6 @@ event_deliveries = table_with_id(
     Column("owner", String(64)),
     Column("lease_until", UTCDateTime),
     Column("requested_by", String(64)),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *timestamps(),
     Column("done_at", UTCDateTime),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 
-from dueflow.store._schema_base import table_with_id
+from dueflow.store._schema_base import table_with_id, timestamps
 from dueflow.store.types import Id, Money, UTCDateTime
 
 users = table_with_id(
@@ -24,8 +24,7 @@ goods = table_with_id(
     # on_sale | sold | off_sale. Held = on_sale with reserved_order_id set.
     Column("status", String(16), nullable=False),
     Column("reserved_order_id", Id, nullable=True, index=True),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *timestamps(),
     # The goods lists (newest first, keyset on id): what is on sale, a seller's goods on sale,
     # and a seller's own goods in every status. Each page is one range read of one of these.
     Index("ix_goods_status_id", "status", "id"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import Boolean, Column, ForeignKey, LargeBinary, String, Text, UniqueConstraint
 
-from dueflow.store._schema_base import table_with_id
+from dueflow.store._schema_base import table_with_id, timestamps
 from dueflow.store.types import Id, Money, UTCDateTime
 
 payments = table_with_id(
@@ -40,8 +40,7 @@ refunds = table_with_id(
     # already_refunded (the provider had given the money back by itself: none went out here)
     Column("state", String(16), nullable=False, index=True),
     Column("last_error", Text),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *timestamps(),
 )
 
 discrepancies = table_with_id(

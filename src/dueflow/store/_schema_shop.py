@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import CheckConstraint, Column, ForeignKey, Index, Integer, String, Table
 from sqlalchemy.schema import SchemaItem
 
-from dueflow.store._schema_base import metadata, table_with_id
+from dueflow.store._schema_base import metadata, table_with_id, timestamps
 from dueflow.store.types import Id, Money, UTCDateTime
 
 
@@ -31,8 +31,7 @@ skus = table_with_id(
     Column("title", String(200), nullable=False),
     Column("price", Money, nullable=False),
     *_units(),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *timestamps(),
     Index("ix_skus_seller_id_id", "seller_id", "id"),
 )
 
@@ -81,8 +80,7 @@ flash_sales = table_with_id(
     Column("starts_at", UTCDateTime, nullable=False),
     Column("ends_at", UTCDateTime, nullable=False),
     Column("per_buyer_limit", Integer, nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *timestamps(),
 )
 
 #: Units each buyer holds or bought of a flash sale: the per-buyer limit is one guarded update.

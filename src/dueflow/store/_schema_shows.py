@@ -13,7 +13,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from dueflow.store._schema_base import metadata, table_with_id
+from dueflow.store._schema_base import metadata, table_with_id, timestamps
 from dueflow.store.types import Id, Money, UTCDateTime
 
 shows = table_with_id(
@@ -26,8 +26,7 @@ shows = table_with_id(
     Column("seat_limit", Integer, nullable=False),  # seats one buyer may hold or buy
     Column("status", String(16), nullable=False),  # on_sale | cancelled
     Column("cancelled_at", UTCDateTime),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *timestamps(),
     Index("ix_shows_organizer_id_id", "organizer_id", "id"),
 )
 
@@ -53,8 +52,7 @@ seat_holds = table_with_id(
     Column("order_id", Id, ForeignKey("orders.id"), nullable=False, index=True),
     Column("buyer_id", Id, ForeignKey("users.id"), nullable=False),
     Column("state", String(8), nullable=False),  # held | sold
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *timestamps(),
     UniqueConstraint("show_id", "seat_id"),
 )
 
