@@ -65,14 +65,6 @@ from dueflow.demo.tickets import Promises
 LAST_NOTICES = 60.0
 
 
-def _refused(response: httpx.Response) -> Refused:
-    try:
-        error = response.json()["error"]
-        return Refused(response.status_code, str(error["code"]), str(error["message"]))
-    except (ValueError, KeyError, TypeError):
-        return Refused(response.status_code, f"http_{response.status_code}", response.text[:200])
-
-
 class HttpShopFloor(HttpMarket, Crowd):
     """The shop's buyers, through the API."""
 
@@ -90,7 +82,7 @@ class HttpShopFloor(HttpMarket, Crowd):
         headers = {"Authorization": f"Bearer {buyer}", "Idempotency-Key": key}
         response = await self.server.client.post("/api/orders", json=body, headers=headers)
         if response.status_code >= 400:
-            refusal = _refused(response)
+            refusal = demo_http.refusal(response)
             self.refused[f"order ({refusal.code})"] += 1
             return refusal.code
         return demo_http.dates_of(response.json())
