@@ -327,6 +327,18 @@ async def wait_until_settled(
         await asyncio.sleep(POLL)
 
 
+def add_server_rows(table: Table, summary: Mapping[str, Any], refused: Counter[str]) -> None:
+    """The rows every HTTP demo's figures end with: the refunds awaiting review and the
+    discrepancies of the admin summary (the whole server's), and the run's refused actions."""
+    table.add_row(
+        "refunds awaiting review (server)", str(summary["refunds"].get("pending_review", 0))
+    )
+    table.add_row("discrepancies (server)", str(summary["discrepancies"]))
+    table.add_row(
+        "actions refused", ", ".join(f"{k} {v}" for k, v in sorted(refused.items())) or "none"
+    )
+
+
 async def _summarise(
     server: Server, market: HttpMarket, habits: Mapping[int, Person], console: Console
 ) -> bool:
@@ -356,14 +368,7 @@ async def _summarise(
     stats.add_row(
         "refunds (this run)", ", ".join(f"{s} {n}" for s, n in sorted(refunds.items())) or "none"
     )
-    stats.add_row(
-        "refunds awaiting review (server)", str(summary["refunds"].get("pending_review", 0))
-    )
-    stats.add_row("discrepancies (server)", str(summary["discrepancies"]))
-    stats.add_row(
-        "actions refused",
-        ", ".join(f"{k} {v}" for k, v in sorted(market.refused.items())) or "none",
-    )
+    add_server_rows(stats, summary, market.refused)
     console.print(stats)
     inv = invariants_of(summary)
     console.print(render.invariants_table(inv))

@@ -342,12 +342,5 @@ def _figures(
         "requests sent again under their key",
         f"{len(floor.repeats)} (answered the first order: {sum(floor.repeats)})",
     )
-    table.add_row(
-        "refunds awaiting review (server)", str(summary["refunds"].get("pending_review", 0))
-    )
-    table.add_row("discrepancies (server)", str(summary["discrepancies"]))
-    table.add_row(
-        "actions refused",
-        ", ".join(f"{k} {v}" for k, v in sorted(floor.refused.items())) or "none",
-    )
+    demo_http.add_server_rows(table, summary, floor.refused)
     return table

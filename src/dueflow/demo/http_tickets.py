@@ -191,14 +191,7 @@ async def _summarise(
     summary = await server.summary()
     stats = Table("measure", "value", title="figures")
     stats.add_row("orders placed", str(len(office.people)))
-    stats.add_row(
-        "refunds awaiting review (server)", str(summary["refunds"].get("pending_review", 0))
-    )
-    stats.add_row("discrepancies (server)", str(summary["discrepancies"]))
-    stats.add_row(
-        "actions refused",
-        ", ".join(f"{k} {v}" for k, v in sorted(office.refused.items())) or "none",
-    )
+    demo_http.add_server_rows(stats, summary, office.refused)
     console.print(stats)
     seat_map = await server.call("GET", f"/api/shows/{office.show_id}/seats", server.admin)
     promises.add(demo_http.invariants_of(summary), _run_promises(views, seat_map))
