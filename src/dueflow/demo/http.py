@@ -50,14 +50,7 @@ from dueflow.demo._http_server import gather_views as gather_views
 from dueflow.demo._http_server import invariants_of as invariants_of
 from dueflow.demo._http_server import refusal as refusal
 from dueflow.demo._http_server import snapshot
-from dueflow.demo.marketplace import (
-    BUYER_HABITS,
-    PAYING,
-    SELLER_HABITS,
-    Person,
-    outcomes_table,
-    pick_habit,
-)
+from dueflow.demo.marketplace import BUYER_HABITS, PAYING, Person, outcomes_table, pick_person
 from dueflow.domain.lifecycle import FINAL_STATUSES
 from dueflow.service import payments
 
@@ -261,13 +254,7 @@ async def _simulate(
         goods = await server.call(
             "POST", "/api/goods", seller, {"title": f"item {n}", "price": price}
         )
-        person = Person(
-            pick_habit(rng, HTTP_BUYER_HABITS),
-            pick_habit(rng, SELLER_HABITS),
-            rng.random() < 0.5,
-            rng.random() < 0.4,
-            rng.random() < 0.3,
-        )
+        person = pick_person(rng, HTTP_BUYER_HABITS)
         order = dates_of(await server.call("POST", "/api/orders", buyer, {"goods_id": goods["id"]}))
         pay = _window(order, "created_at", "pay_deadline")
         if n == 0:

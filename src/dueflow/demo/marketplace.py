@@ -65,6 +65,18 @@ def pick_habit(rng: random.Random, habits: dict[str, float]) -> str:
     return rng.choices(list(habits), weights=list(habits.values()))[0]
 
 
+def pick_person(rng: random.Random, buyer_habits: dict[str, float] = BUYER_HABITS) -> Person:
+    """A marketplace order's people: a buyer's and a seller's habit; half the buyers confirm
+    receipt, some buyers and sellers review."""
+    return Person(
+        pick_habit(rng, buyer_habits),
+        pick_habit(rng, SELLER_HABITS),
+        rng.random() < 0.5,
+        rng.random() < 0.4,
+        rng.random() < 0.3,
+    )
+
+
 class Market:
     """The simulated people acting on one order each."""
 
@@ -285,13 +297,7 @@ async def _play(
             title=f"item {n}",
             price=f"{rng.randint(5, 500)}.{rng.randint(0, 99):02d}",
         )
-        person = Person(
-            pick_habit(rng, BUYER_HABITS),
-            pick_habit(rng, SELLER_HABITS),
-            rng.random() < 0.5,
-            rng.random() < 0.4,
-            rng.random() < 0.3,
-        )
+        person = pick_person(rng)
         order_id = await orders.place_order(deps, buyer_id=buyer.id, goods_id=goods_id)
         habits[order_id] = person
         tasks.append(asyncio.create_task(market.life(order_id, person, buyer.id, seller.id)))
