@@ -50,7 +50,14 @@ from dueflow.demo._http_server import gather_views as gather_views
 from dueflow.demo._http_server import invariants_of as invariants_of
 from dueflow.demo._http_server import refusal as refusal
 from dueflow.demo._http_server import snapshot
-from dueflow.demo.marketplace import BUYER_HABITS, PAYING, Person, outcomes_table, pick_person
+from dueflow.demo.marketplace import (
+    BUYER_HABITS,
+    PAYING,
+    Person,
+    live_view,
+    outcomes_table,
+    pick_person,
+)
 from dueflow.domain.lifecycle import FINAL_STATUSES
 from dueflow.service import payments
 
@@ -266,11 +273,8 @@ async def _simulate(
         habits[order["id"]] = person
         tasks.append(asyncio.create_task(market.life(order["id"], person, buyer, seller)))
         await asyncio.sleep(rng.uniform(0, 1.0 / count) * pay.total_seconds())
-    if live:
-        with Live(console=console, refresh_per_second=4, transient=False) as view:
-            gave_up = await wait_until_settled(server, habits, tasks, view)
-    else:
-        gave_up = await wait_until_settled(server, habits, tasks, None)
+    with live_view(console, live) as view:
+        gave_up = await wait_until_settled(server, habits, tasks, view)
     await asyncio.gather(*tasks)
     if gave_up:
         console.print(

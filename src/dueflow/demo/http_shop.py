@@ -31,13 +31,12 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
 from dueflow.demo import http as demo_http
 from dueflow.demo import shop_checks as demo_shop_checks
 from dueflow.demo.http import HTTP_PAYING, HttpMarket, Refused, Server
-from dueflow.demo.marketplace import Person, outcomes_table
+from dueflow.demo.marketplace import Person, live_view, outcomes_table
 from dueflow.demo.shop_checks import DEAD, told
 from dueflow.demo.shop_crowd import (
     FLASH_CLOSES,
@@ -162,11 +161,8 @@ async def run(
         watcher = asyncio.create_task(_watch(server, promises, stop))
         tasks = [asyncio.create_task(floor.follow([first], tokens[0]))]
         tasks += await _sell(floor, seller[1], tokens, pay)
-        if live:
-            with Live(console=console, refresh_per_second=4, transient=False) as view:
-                await demo_http.wait_until_settled(server, floor.people, tasks, view)
-        else:
-            await demo_http.wait_until_settled(server, floor.people, tasks, None)
+        with live_view(console, live) as view:
+            await demo_http.wait_until_settled(server, floor.people, tasks, view)
         await asyncio.gather(*tasks)
         views = await _last_notices(server, floor.people)
         stop.set()

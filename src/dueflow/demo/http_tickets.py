@@ -23,13 +23,12 @@ from datetime import timedelta
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
 from dueflow.demo import http as demo_http
 from dueflow.demo import tickets as demo_tickets
 from dueflow.demo.http import HttpMarket, Refused, Server
-from dueflow.demo.marketplace import outcomes_table
+from dueflow.demo.marketplace import live_view, outcomes_table
 from dueflow.demo.tickets import LATECOMERS, LATECOMERS_AT, PRICES, SEATS, SHOW_CANCEL_AT, WAVES
 from dueflow.domain import seating
 from dueflow.domain.lifecycle import CANCELLED_STATUSES
@@ -101,11 +100,8 @@ async def run(
         stop = asyncio.Event()
         watcher = asyncio.create_task(_watch(server, promises, stop))
         tasks = await _sell(office, organizer, people, late)
-        if live:
-            with Live(console=console, refresh_per_second=4, transient=False) as view:
-                await demo_http.wait_until_settled(server, office.people, tasks, view)
-        else:
-            await demo_http.wait_until_settled(server, office.people, tasks, None)
+        with live_view(console, live) as view:
+            await demo_http.wait_until_settled(server, office.people, tasks, view)
         await asyncio.gather(*tasks)
         stop.set()
         await watcher

@@ -9,9 +9,10 @@ database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -219,6 +220,17 @@ def outcomes_table(finals: Iterable[tuple[Person, str]], paying: Collection[str]
     return table
 
 
+@contextlib.contextmanager
+def live_view(console: Console, live: bool) -> Iterator[Live | None]:
+    """A live view on ``console`` (redrawn four times a second, left on screen at the end) when
+    ``live``; None when not."""
+    if not live:
+        yield None
+        return
+    with Live(console=console, refresh_per_second=4, transient=False) as view:
+        yield view
+
+
 async def wait_until_settled(
     deps: Deps, tasks: list[asyncio.Task[None]], live: Live | None
 ) -> None:
@@ -302,11 +314,8 @@ async def _play(
         habits[order_id] = person
         tasks.append(asyncio.create_task(market.life(order_id, person, buyer.id, seller.id)))
         await market.at(deps.clock.now(), rng.uniform(0, 1.0 / max(count, 1)), pay)
-    if live:
-        with Live(console=console, refresh_per_second=4, transient=False) as view:
-            await wait_until_settled(deps, tasks, view)
-    else:
-        await wait_until_settled(deps, tasks, None)
+    with live_view(console, live) as view:
+        await wait_until_settled(deps, tasks, view)
     return market, habits
 
 

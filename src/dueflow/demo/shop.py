@@ -222,11 +222,8 @@ async def run(
             stop = asyncio.Event()
             watcher = asyncio.create_task(_watch(deps, floor, promises, speed, stop))
             tasks = await _sell(floor, seller, people, pay)
-            if live:
-                with Live(console=console, refresh_per_second=4, transient=False) as view:
-                    await _settle(deps, tasks, view)
-            else:
-                await _settle(deps, tasks, None)
+            with marketplace.live_view(console, live) as view:
+                await _settle(deps, tasks, view)
             await asyncio.gather(*tasks)  # a buyer's unexpected error ends the demo loudly
             stop.set()
             await watcher

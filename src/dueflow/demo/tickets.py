@@ -28,7 +28,6 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 from sqlalchemy import case, func, select
 
@@ -290,11 +289,8 @@ async def run(
             stop = asyncio.Event()
             watcher = asyncio.create_task(_watch(deps, show_id, promises, speed, stop))
             tasks = await _sell(office, organizer, people, latecomers, pay, figures)
-            if live:
-                with Live(console=console, refresh_per_second=4, transient=False) as view:
-                    await marketplace.wait_until_settled(deps, tasks, view)
-            else:
-                await marketplace.wait_until_settled(deps, tasks, None)
+            with marketplace.live_view(console, live) as view:
+                await marketplace.wait_until_settled(deps, tasks, view)
             stop.set()
             await watcher
         return await _summarise(deps, world.notifier, office, promises, figures, console, speed)
