@@ -27,6 +27,7 @@ import random
 import secrets
 from collections import Counter
 from collections.abc import Awaitable, Mapping
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,7 +58,9 @@ from dueflow.demo.marketplace import (
     live_view,
     outcomes_table,
     pick_person,
+    watching,
 )
+from dueflow.demo.tickets import Promises
 from dueflow.domain.lifecycle import FINAL_STATUSES
 from dueflow.service import payments
 
@@ -282,6 +285,16 @@ async def _simulate(
             f"{GIVE_UP.total_seconds():g} s past their deadline[/red]"
         )
     return await _summarise(server, market, habits, console)
+
+
+def invariants_watched(server: Server, promises: Promises) -> AbstractAsyncContextManager[None]:
+    """While inside, the server's invariants (its admin summary's) checked into ``promises``
+    every :data:`POLL` seconds."""
+
+    async def check() -> None:
+        promises.add(invariants_of(await server.summary()), {})
+
+    return watching(check, POLL)
 
 
 async def wait_until_settled(

@@ -20,7 +20,6 @@ for every cancelled order.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import secrets
 from collections import Counter
@@ -36,7 +35,7 @@ from rich.table import Table
 from dueflow.demo import http as demo_http
 from dueflow.demo import shop_checks as demo_shop_checks
 from dueflow.demo.http import HTTP_PAYING, HttpMarket, Refused, Server
-from dueflow.demo.marketplace import Person, live_view, outcomes_table
+from dueflow.demo.marketplace import Person, live_view, outcomes_table, verdict
 from dueflow.demo.shop_checks import DEAD, told
 from dueflow.demo.shop_crowd import (
     FLASH_CLOSES,
@@ -157,16 +156,13 @@ async def run(
             f"own time (shop pay {pay.total_seconds():g} s)"
         )
         promises = Promises()
-        stop = asyncio.Event()
-        watcher = asyncio.create_task(_watch(server, promises, stop))
-        tasks = [asyncio.create_task(floor.follow([first], tokens[0]))]
-        tasks += await _sell(floor, seller[1], tokens, pay)
-        with live_view(console, live) as view:
-            await demo_http.wait_until_settled(server, floor.people, tasks, view)
-        await asyncio.gather(*tasks)
-        views = await _last_notices(server, floor.people)
-        stop.set()
-        await watcher
+        async with demo_http.invariants_watched(server, promises):
+            tasks = [asyncio.create_task(floor.follow([first], tokens[0]))]
+            tasks += await _sell(floor, seller[1], tokens, pay)
+            with live_view(console, live) as view:
+                await demo_http.wait_until_settled(server, floor.people, tasks, view)
+            await asyncio.gather(*tasks)
+            views = await _last_notices(server, floor.people)
         return await _summarise(floor, views, tokens, promises, console)
 
 
@@ -237,14 +233,6 @@ async def _coupons_and_sale(
     shop.flash_sale_id, shop.flash_stocked = sale["id"], sale["stocked"]
 
 
-async def _watch(server: Server, promises: Promises, stop: asyncio.Event) -> None:
-    """Check the server's invariants (its admin summary) again and again until ``stop``."""
-    while not stop.is_set():
-        promises.add(demo_http.invariants_of(await server.summary()), {})
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=demo_http.POLL)
-
-
 async def _sell(
     floor: HttpShopFloor, seller: str, tokens: Sequence[str], pay: timedelta
 ) -> list[asyncio.Task[None]]:
@@ -308,9 +296,7 @@ async def _summarise(
         demo_shop_checks.from_views(shop, views, units, coupons, floor.repeats),
     )
     console.print(promises.table())
-    ok = promises.ok and bool(summary["invariants"].get("ok"))
-    console.print("[green]all invariants hold[/green]" if ok else "[red]invariants broken[/red]")
-    return ok
+    return verdict(console, promises.ok and bool(summary["invariants"].get("ok")))
 
 
 def _figures(

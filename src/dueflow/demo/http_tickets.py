@@ -15,7 +15,6 @@ the sale and at the end, and the run's own orders and seat map read through the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import secrets
 from collections.abc import Mapping
@@ -28,7 +27,7 @@ from rich.table import Table
 from dueflow.demo import http as demo_http
 from dueflow.demo import tickets as demo_tickets
 from dueflow.demo.http import HttpMarket, Refused, Server
-from dueflow.demo.marketplace import live_view, outcomes_table
+from dueflow.demo.marketplace import live_view, outcomes_table, verdict
 from dueflow.demo.tickets import LATECOMERS, LATECOMERS_AT, PRICES, SEATS, SHOW_CANCEL_AT, WAVES
 from dueflow.domain import seating
 from dueflow.domain.lifecycle import CANCELLED_STATUSES
@@ -97,14 +96,11 @@ async def run(
         )
         office = HttpBoxOffice(server, rng, show_id)
         promises = demo_tickets.Promises()
-        stop = asyncio.Event()
-        watcher = asyncio.create_task(_watch(server, promises, stop))
-        tasks = await _sell(office, organizer, people, late)
-        with live_view(console, live) as view:
-            await demo_http.wait_until_settled(server, office.people, tasks, view)
-        await asyncio.gather(*tasks)
-        stop.set()
-        await watcher
+        async with demo_http.invariants_watched(server, promises):
+            tasks = await _sell(office, organizer, people, late)
+            with live_view(console, live) as view:
+                await demo_http.wait_until_settled(server, office.people, tasks, view)
+            await asyncio.gather(*tasks)
         return await _summarise(server, office, promises, console)
 
 
@@ -124,14 +120,6 @@ async def _create_show(server: Server, organizer: str, run_id: str) -> int:
 
 def _seats() -> list[seating.SeatSpec]:
     return seating.parse_ranges(SEATS, PRICES)
-
-
-async def _watch(server: Server, promises: demo_tickets.Promises, stop: asyncio.Event) -> None:
-    """Check the server's invariants (its admin summary) again and again until ``stop``."""
-    while not stop.is_set():
-        promises.add(demo_http.invariants_of(await server.summary()), {})
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=demo_http.POLL)
 
 
 async def _sell(
@@ -192,6 +180,4 @@ async def _summarise(
     seat_map = await server.call("GET", f"/api/shows/{office.show_id}/seats", server.admin)
     promises.add(demo_http.invariants_of(summary), _run_promises(views, seat_map))
     console.print(promises.table())
-    ok = promises.ok and bool(summary["invariants"].get("ok"))
-    console.print("[green]all invariants hold[/green]" if ok else "[red]invariants broken[/red]")
-    return ok
+    return verdict(console, promises.ok and bool(summary["invariants"].get("ok")))

@@ -12,7 +12,15 @@ import asyncio
 import contextlib
 import random
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -35,6 +43,7 @@ from dueflow.notifiers.log import LogNotifier
 from dueflow.service import accounts, orders, payments, report
 from dueflow.service.deps import Deps
 from dueflow.service.operations import percentile
+from dueflow.service.report import Invariants
 
 # pays: through the simulated Alipay or WeChat Pay; pays_at_the_wire: pays just before the
 # deadline with the notification delayed past it (close-or-query finds the payment); pays_late:
@@ -231,6 +240,31 @@ def live_view(console: Console, live: bool) -> Iterator[Live | None]:
         yield view
 
 
+@contextlib.asynccontextmanager
+async def watching(check: Callable[[], Awaitable[None]], every: float) -> AsyncIterator[None]:
+    """Run ``check()`` at once and then every ``every`` real seconds while inside; on the way
+    out, let a check under way end."""
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set():
+            await check()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=every)
+
+    watcher = asyncio.create_task(watch())
+    # Not in a finally: an error inside ends the demo as it comes, the watcher left behind.
+    yield
+    stop.set()
+    await watcher
+
+
+def verdict(console: Console, ok: bool) -> bool:
+    """Say whether every invariant held; ``ok`` again."""
+    console.print("[green]all invariants hold[/green]" if ok else "[red]invariants broken[/red]")
+    return ok
+
+
 async def wait_until_settled(
     deps: Deps, tasks: list[asyncio.Task[None]], live: Live | None
 ) -> None:
@@ -333,17 +367,20 @@ async def _summarise(
     ]
     console.print(outcomes_table(finals))
     console.print(await figures_table(deps, notifier, market.refused, speed))
-    inv = await report.check_invariants(deps, tolerance_seconds=invariant_tolerance(speed))
+    inv = await engine_invariants(deps, speed)
     console.print(render.invariants_table(inv))
-    console.print(
-        "[green]all invariants hold[/green]" if inv.ok else "[red]invariants broken[/red]"
-    )
-    return inv.ok
+    return verdict(console, inv.ok)
 
 
 def invariant_tolerance(speed: float) -> float:
     """Simulated seconds an order may stay past its deadline (two real seconds)."""
     return max(2.0, 2.0 * speed)
+
+
+async def engine_invariants(deps: Deps, speed: float) -> Invariants:
+    """The engine's invariants, read from the database, for a world in fast time at ``speed``
+    (orders may stay :func:`invariant_tolerance` past their deadlines)."""
+    return await report.check_invariants(deps, tolerance_seconds=invariant_tolerance(speed))
 
 
 async def figures_table(

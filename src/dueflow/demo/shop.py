@@ -10,7 +10,6 @@ the run is a failure if any did not hold at any check.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import random
 from collections import Counter
@@ -218,41 +217,32 @@ async def run(
             f"{pay}, flash pay {flash})"
         )
         promises = Promises()
-        async with marketplace.worker_running(deps):
-            stop = asyncio.Event()
-            watcher = asyncio.create_task(_watch(deps, floor, promises, speed, stop))
+        async with (
+            marketplace.worker_running(deps),
+            marketplace.watching(
+                lambda: _check(deps, floor, promises, speed, over=False), CHECK_EVERY
+            ),
+        ):
             tasks = await _sell(floor, seller, people, pay)
             with marketplace.live_view(console, live) as view:
                 await _settle(deps, tasks, view)
             await asyncio.gather(*tasks)  # a buyer's unexpected error ends the demo loudly
-            stop.set()
-            await watcher
         return await _summarise(deps, world.notifier, floor, promises, console, speed)
 
 
-async def _own_promises(deps: Deps, floor: Crowd, *, over: bool) -> dict[str, list[int]]:
+async def _check(deps: Deps, floor: Crowd, promises: Promises, speed: float, *, over: bool) -> None:
+    """One check of the invariants into ``promises``: the engine's, then the shop's own (with
+    ``over``, those of the sale's end too)."""
+    engine = await marketplace.engine_invariants(deps, speed)
     the_shop = floor.shop
-    found = await demo_shop_checks.promises(
+    own = await demo_shop_checks.promises(
         deps,
         stocked=the_shop.stocked,
         flash_stocked={the_shop.flash_sale_id: the_shop.flash_stocked},
         over=over,
     )
-    found[demo_shop_checks.REPEATS] = [n for n, same in enumerate(floor.repeats) if not same]
-    return found
-
-
-async def _watch(
-    deps: Deps, floor: Crowd, promises: Promises, speed: float, stop: asyncio.Event
-) -> None:
-    """Check the invariants again and again until ``stop``."""
-    while not stop.is_set():
-        engine = await report.check_invariants(
-            deps, tolerance_seconds=marketplace.invariant_tolerance(speed)
-        )
-        promises.add(engine, await _own_promises(deps, floor, over=False))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=CHECK_EVERY)
+    own[demo_shop_checks.REPEATS] = [n for n, same in enumerate(floor.repeats) if not same]
+    promises.add(engine, own)
 
 
 async def _sell(
@@ -315,15 +305,9 @@ async def _summarise(
     console.print(await demo_shop_checks.units_table(deps))
     console.print(await _sale_table(deps, floor))
     console.print(await marketplace.figures_table(deps, notifier, floor.refused, speed))
-    engine = await report.check_invariants(
-        deps, tolerance_seconds=marketplace.invariant_tolerance(speed)
-    )
-    promises.add(engine, await _own_promises(deps, floor, over=True))
+    await _check(deps, floor, promises, speed, over=True)
     console.print(promises.table())
-    console.print(
-        "[green]all invariants hold[/green]" if promises.ok else "[red]invariants broken[/red]"
-    )
-    return promises.ok
+    return marketplace.verdict(console, promises.ok)
 
 
 async def _sale_table(deps: Deps, floor: ShopFloor) -> Table:

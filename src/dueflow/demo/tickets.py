@@ -16,7 +16,6 @@ The invariants are read from the database many times during the sale and once at
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Mapping, Sequence
@@ -37,7 +36,7 @@ from dueflow.domain import seating
 from dueflow.domain.lifecycle import CANCELLED_STATUSES, OrderStatus
 from dueflow.exceptions import DueflowError
 from dueflow.notifiers.log import LogNotifier
-from dueflow.service import accounts, report, tickets
+from dueflow.service import accounts, tickets
 from dueflow.service.deps import Deps
 from dueflow.service.report import Invariants
 from dueflow.store import shows
@@ -285,28 +284,23 @@ async def run(
         )
         office = BoxOffice(deps, rng, world.sim, show_id)
         promises, figures = Promises(), Table("measure", "value", title="the sale")
-        async with marketplace.worker_running(deps):
-            stop = asyncio.Event()
-            watcher = asyncio.create_task(_watch(deps, show_id, promises, speed, stop))
+        async with (
+            marketplace.worker_running(deps),
+            marketplace.watching(
+                lambda: _check(deps, show_id, promises, speed, over=False), CHECK_EVERY
+            ),
+        ):
             tasks = await _sell(office, organizer, people, latecomers, pay, figures)
             with marketplace.live_view(console, live) as view:
                 await marketplace.wait_until_settled(deps, tasks, view)
-            stop.set()
-            await watcher
         return await _summarise(deps, world.notifier, office, promises, figures, console, speed)
 
 
-async def _watch(
-    deps: Deps, show_id: int, promises: Promises, speed: float, stop: asyncio.Event
-) -> None:
-    """Check the invariants again and again until ``stop``."""
-    while not stop.is_set():
-        engine = await report.check_invariants(
-            deps, tolerance_seconds=marketplace.invariant_tolerance(speed)
-        )
-        promises.add(engine, await _ticket_promises(deps, show_id, over=False))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=CHECK_EVERY)
+async def _check(deps: Deps, show_id: int, promises: Promises, speed: float, *, over: bool) -> None:
+    """One check of the invariants into ``promises``: the engine's, then the tickets ones (with
+    ``over``, those of the sale's end too)."""
+    engine = await marketplace.engine_invariants(deps, speed)
+    promises.add(engine, await _ticket_promises(deps, show_id, over=over))
 
 
 async def _sell(
@@ -357,12 +351,6 @@ async def _summarise(
     figures.add_row("orders placed", str(len(office.people)))
     console.print(figures)
     console.print(await marketplace.figures_table(deps, notifier, office.refused, speed))
-    engine = await report.check_invariants(
-        deps, tolerance_seconds=marketplace.invariant_tolerance(speed)
-    )
-    promises.add(engine, await _ticket_promises(deps, office.show_id, over=True))
+    await _check(deps, office.show_id, promises, speed, over=True)
     console.print(promises.table())
-    console.print(
-        "[green]all invariants hold[/green]" if promises.ok else "[red]invariants broken[/red]"
-    )
-    return promises.ok
+    return marketplace.verdict(console, promises.ok)
