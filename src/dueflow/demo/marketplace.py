@@ -104,6 +104,13 @@ class Market:
     async def view(self, order_id: int) -> dict[str, Any]:
         return await orders.order_view(self.deps, order_id)
 
+    async def finals(self, people: Mapping[int, Person]) -> list[tuple[Person, str]]:
+        """Each order's people (``people``: by order id) with the order's status now, its final
+        one once the run has settled."""
+        return [
+            (person, (await self.view(order_id))["status"]) for order_id, person in people.items()
+        ]
+
     async def act(self, what: str, action: object) -> bool:
         try:
             await action  # type: ignore[misc]
@@ -361,11 +368,7 @@ async def _summarise(
     console: Console,
     speed: float,
 ) -> bool:
-    finals = [
-        (person, (await orders.order_view(deps, order_id))["status"])
-        for order_id, person in habits.items()
-    ]
-    console.print(outcomes_table(finals))
+    console.print(outcomes_table(await market.finals(habits)))
     console.print(await figures_table(deps, notifier, market.refused, speed))
     inv = await engine_invariants(deps, speed)
     console.print(render.invariants_table(inv))

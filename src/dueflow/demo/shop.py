@@ -297,11 +297,7 @@ async def _summarise(
     console: Console,
     speed: float,
 ) -> bool:
-    finals = [
-        (person, (await floor.view(order_id))["status"])
-        for order_id, person in floor.people.items()
-    ]
-    console.print(marketplace.outcomes_table(finals))
+    console.print(marketplace.outcomes_table(await floor.finals(floor.people)))
     console.print(await demo_shop_checks.units_table(deps))
     console.print(await _sale_table(deps, floor))
     console.print(await marketplace.figures_table(deps, notifier, floor.refused, speed))

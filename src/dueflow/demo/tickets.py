@@ -343,11 +343,7 @@ async def _summarise(
     console: Console,
     speed: float,
 ) -> bool:
-    finals = [
-        (person, (await office.view(order_id))["status"])
-        for order_id, person in office.people.items()
-    ]
-    console.print(marketplace.outcomes_table(finals, paying=()))
+    console.print(marketplace.outcomes_table(await office.finals(office.people), paying=()))
     figures.add_row("orders placed", str(len(office.people)))
     console.print(figures)
     console.print(await marketplace.figures_table(deps, notifier, office.refused, speed))
