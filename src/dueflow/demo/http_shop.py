@@ -24,7 +24,7 @@ import random
 import secrets
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -38,10 +38,6 @@ from dueflow.demo.http import HTTP_PAYING, HttpMarket, Refused, Server
 from dueflow.demo.marketplace import Person, live_view, outcomes_table, verdict
 from dueflow.demo.shop_checks import DEAD, told
 from dueflow.demo.shop_crowd import (
-    FLASH_CLOSES,
-    FLASH_LIMIT,
-    FLASH_OPENS,
-    FLASH_PRICE,
     FLASH_SKU,
     RESTOCKED,
     SKUS,
@@ -50,12 +46,11 @@ from dueflow.demo.shop_crowd import (
     Crowd,
     Shop,
     coupon_asks,
-    flash_units,
+    flash_sale_terms,
     rushes_to_pay,
     schedule,
     sku_stock,
-    template_total,
-    validity,
+    template_terms,
 )
 from dueflow.demo.tickets import Promises
 
@@ -201,15 +196,8 @@ async def _coupons_and_sale(
     shop counts as opened now."""
     shop, now = floor.shop, server.now()
     templates = []
-    for title, off, minimum, valid, share in TEMPLATES:
-        body = {
-            "title": title,
-            "amount_off": off,
-            "min_amount": minimum,
-            "valid_from": now.isoformat(),
-            "valid_until": (now + validity(valid, pay)).isoformat(),
-            "total": template_total(share, len(people)),
-        }
+    for template in TEMPLATES:
+        body = _json(template_terms(template, now, pay, len(people)))
         templates.append((await server.call("POST", "/api/coupon-templates", seller, body))["id"])
     for n, (buyer_id, buyer) in coupon_asks(people):
         path = f"/api/coupon-templates/{templates[n]}/issue"
@@ -221,16 +209,17 @@ async def _coupons_and_sale(
         terms = Coupon(got["id"], Decimal(got["amount_off"]), Decimal(got["min_amount"]))
         shop.coupons.setdefault(buyer, []).append(terms)
     shop.opened_at = server.now()
-    sale_body = {
-        "sku_id": shop.skus[FLASH_SKU][0],
-        "price": FLASH_PRICE,
-        "stock": flash_units(len(people)),
-        "starts_at": (shop.opened_at + pay * FLASH_OPENS).isoformat(),
-        "ends_at": (shop.opened_at + pay * FLASH_CLOSES).isoformat(),
-        "per_buyer_limit": FLASH_LIMIT,
-    }
+    sale_body = _json(flash_sale_terms(shop.skus[FLASH_SKU][0], shop.opened_at, pay, len(people)))
     sale = await server.call("POST", "/api/flash-sales", seller, sale_body)
     shop.flash_sale_id, shop.flash_stocked = sale["id"], sale["stocked"]
+
+
+def _json(terms: Mapping[str, Any]) -> dict[str, Any]:
+    """Terms as a request's JSON body: times in ISO 8601."""
+    return {
+        name: value.isoformat() if isinstance(value, datetime) else value
+        for name, value in terms.items()
+    }
 
 
 async def _sell(

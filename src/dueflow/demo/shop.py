@@ -28,10 +28,7 @@ from dueflow import render
 from dueflow.demo import marketplace
 from dueflow.demo import shop_checks as demo_shop_checks
 from dueflow.demo.shop_crowd import (
-    FLASH_CLOSES,
     FLASH_LIMIT,
-    FLASH_OPENS,
-    FLASH_PRICE,
     FLASH_SKU,
     RESTOCKED,
     SKUS,
@@ -40,13 +37,12 @@ from dueflow.demo.shop_crowd import (
     Crowd,
     Shop,
     coupon_asks,
-    flash_units,
+    flash_sale_terms,
     request_hash,
     rushes_to_pay,
     schedule,
     sku_stock,
-    template_total,
-    validity,
+    template_terms,
 )
 from dueflow.demo.tickets import Promises
 from dueflow.domain.lifecycle import OrderStatus
@@ -145,18 +141,9 @@ async def open_shop(
     opens once everything is on sale."""
     pay = deps.policy.durations(shop.SHOP_ORDER_TYPE).pay
     templates = []
-    for title, off, minimum, valid, share in TEMPLATES:
-        now = deps.clock.now()
-        tpl = await shop.create_template(
-            deps,
-            seller_id=seller,
-            title=title,
-            amount_off=off,
-            min_amount=minimum,
-            valid_from=now,
-            valid_until=now + validity(valid, pay),
-            total=template_total(share, len(buyers)),
-        )
+    for template in TEMPLATES:
+        terms = template_terms(template, deps.clock.now(), pay, len(buyers))
+        tpl = await shop.create_template(deps, seller_id=seller, **terms)
         templates.append(tpl["id"])
     coupons: dict[Any, list[Coupon]] = {}
     for n, buyer in coupon_asks(buyers):
@@ -177,16 +164,8 @@ async def open_shop(
         skus[title] = (view["id"], view["price"])
     kite = await shop.create_sku(deps, seller_id=other, title="kite", price="19.90", stock=5)
     now = deps.clock.now()
-    sale = await shop.create_flash_sale(
-        deps,
-        seller_id=seller,
-        sku_id=skus[FLASH_SKU][0],
-        price=FLASH_PRICE,
-        stock=flash_units(len(buyers)),
-        starts_at=now + pay * FLASH_OPENS,
-        ends_at=now + pay * FLASH_CLOSES,
-        per_buyer_limit=FLASH_LIMIT,
-    )
+    terms = flash_sale_terms(skus[FLASH_SKU][0], now, pay, len(buyers))
+    sale = await shop.create_flash_sale(deps, seller_id=seller, **terms)
     stocked = {
         sku_id: (await shop.sku_view(deps, sku_id))["stocked"] for sku_id, _ in skus.values()
     }

@@ -140,6 +140,42 @@ def template_total(share: float, buyers: int) -> int:
     return max(1, round(share * buyers))
 
 
+def template_terms(
+    template: tuple[str, str, str, float | None, float],
+    now: datetime,
+    pay: timedelta,
+    buyers: int,
+) -> dict[str, Any]:
+    """One of :data:`TEMPLATES` as the seller makes it for this many buyers, valid from ``now``
+    (``pay``: a shop pay window): the fields of ``POST /api/coupon-templates``, times as
+    datetimes."""
+    title, off, minimum, windows, share = template
+    return {
+        "title": title,
+        "amount_off": off,
+        "min_amount": minimum,
+        "valid_from": now,
+        "valid_until": now + validity(windows, pay),
+        "total": template_total(share, buyers),
+    }
+
+
+def flash_sale_terms(
+    sku_id: int, opened_at: datetime, pay: timedelta, buyers: int
+) -> dict[str, Any]:
+    """The flash sale of the SKU ``sku_id`` (:data:`FLASH_SKU`) for this many buyers, its window
+    in shop pay windows ``pay`` from the opening: the fields of ``POST /api/flash-sales``,
+    times as datetimes."""
+    return {
+        "sku_id": sku_id,
+        "price": FLASH_PRICE,
+        "stock": flash_units(buyers),
+        "starts_at": opened_at + pay * FLASH_OPENS,
+        "ends_at": opened_at + pay * FLASH_CLOSES,
+        "per_buyer_limit": FLASH_LIMIT,
+    }
+
+
 class Crowd(ABC):
     """The shop's buyers, in process or over HTTP: what they order and how; each order's habits
     are kept in :attr:`people`, each repeated request's verdict in :attr:`repeats`."""
