@@ -34,36 +34,24 @@ from rich.table import Table
 
 from dueflow.demo import http as demo_http
 from dueflow.demo import shop_checks as demo_shop_checks
+from dueflow.demo import shop_crowd
 from dueflow.demo.http import HTTP_PAYING, HttpMarket, Refused, Server
 from dueflow.demo.marketplace import Person, live_view, outcomes_table, verdict
 from dueflow.demo.shop_checks import DEAD, told
-from dueflow.demo.shop_crowd import (
-    FLASH_SKU,
-    RESTOCKED,
-    SKUS,
-    TEMPLATES,
-    Coupon,
-    Crowd,
-    Shop,
-    coupon_asks,
-    flash_sale_terms,
-    rushes_to_pay,
-    schedule,
-    sku_stock,
-    template_terms,
-)
 from dueflow.demo.tickets import Promises
 
 #: How long the demo waits, once every order is final, for the last notices (seconds).
 LAST_NOTICES = 60.0
 
 
-class HttpShopFloor(HttpMarket, Crowd):
+class HttpShopFloor(HttpMarket, shop_crowd.Crowd):
     """The shop's buyers, through the API."""
 
     buyer_habits = demo_http.HTTP_BUYER_HABITS
 
-    def __init__(self, server: Server, rng: random.Random, shop: Shop, sellers: Mapping[int, str]):
+    def __init__(
+        self, server: Server, rng: random.Random, shop: shop_crowd.Shop, sellers: Mapping[int, str]
+    ):
         super().__init__(server, rng)
         self.shop = shop
         self.sellers = dict(sellers)
@@ -94,7 +82,7 @@ class HttpShopFloor(HttpMarket, Crowd):
     async def _shop_life(self, order: dict[str, Any], person: Person, buyer: str) -> None:
         rng, server, order_id = self.rng, self.server, order["id"]
         path, seller = f"/api/orders/{order_id}", self.sellers[order["seller_id"]]
-        if rushes_to_pay(order, person):
+        if shop_crowd.rushes_to_pay(order, person):
             paid = await self.act("payment", self.pay_online(order_id, buyer, 0.0))
         else:
             paid = await self.pay_by_habit(order, person.buyer, buyer)
@@ -145,10 +133,10 @@ async def run(
         pay = first["pay_deadline"] - first["created_at"]
         await _coupons_and_sale(server, floor, seller[1], people, pay)
         console.print(
-            f"dueflow demo --flow shop over HTTP: {buyers} buyers, {len(SKUS)} SKUs, "
-            f"{len(TEMPLATES)} coupon templates, flash sale {shop.flash_sale_id} of "
-            f"{shop.flash_stocked} {FLASH_SKU} (run {run_id}) against {url.rstrip('/')} in its "
-            f"own time (shop pay {pay.total_seconds():g} s)"
+            f"dueflow demo --flow shop over HTTP: {buyers} buyers, {len(shop_crowd.SKUS)} SKUs, "
+            f"{len(shop_crowd.TEMPLATES)} coupon templates, flash sale {shop.flash_sale_id} of "
+            f"{shop.flash_stocked} {shop_crowd.FLASH_SKU} (run {run_id}) against "
+            f"{url.rstrip('/')} in its own time (shop pay {pay.total_seconds():g} s)"
         )
         promises = Promises()
         async with demo_http.invariants_watched(server, promises):
@@ -161,7 +149,7 @@ async def run(
         return await _summarise(floor, views, tokens, promises, console)
 
 
-def _one_mug(shop: Shop) -> list[dict[str, int]]:
+def _one_mug(shop: shop_crowd.Shop) -> list[dict[str, int]]:
     return [{"sku_id": shop.skus["mug"][0], "quantity": 1}]
 
 
@@ -171,18 +159,18 @@ async def _user(server: Server, name: str) -> tuple[int, str]:
     return int(made["id"]), str(made["token"])
 
 
-async def _put_on_sale(server: Server, seller: str, other: str, buyers: int) -> Shop:
+async def _put_on_sale(server: Server, seller: str, other: str, buyers: int) -> shop_crowd.Shop:
     """The seller's SKUs and the other seller's kites (the flash sale comes later)."""
     skus: dict[str, tuple[int, Decimal]] = {}
     stocked: dict[int, int] = {}
-    for title, price, share in SKUS:
-        body = {"title": title, "price": price, "stock": sku_stock(title, share, buyers)}
+    for title, price, share in shop_crowd.SKUS:
+        body = {"title": title, "price": price, "stock": shop_crowd.sku_stock(title, share, buyers)}
         view = await server.call("POST", "/api/skus", seller, body)
         skus[title], stocked[view["id"]] = (view["id"], Decimal(view["price"])), view["stocked"]
     kites = {"title": "kite", "price": "19.90", "stock": 5}
     kite = await server.call("POST", "/api/skus", other, kites)
     stocked[kite["id"]] = kite["stocked"]
-    return Shop(skus, 0, kite["id"], server.now(), stocked)
+    return shop_crowd.Shop(skus, 0, kite["id"], server.now(), stocked)
 
 
 async def _coupons_and_sale(
@@ -196,20 +184,24 @@ async def _coupons_and_sale(
     shop counts as opened now."""
     shop, now = floor.shop, server.now()
     templates = []
-    for template in TEMPLATES:
-        body = _json(template_terms(template, now, pay, len(people)))
+    for template in shop_crowd.TEMPLATES:
+        body = _json(shop_crowd.template_terms(template, now, pay, len(people)))
         templates.append((await server.call("POST", "/api/coupon-templates", seller, body))["id"])
-    for n, (buyer_id, buyer) in coupon_asks(people):
+    for n, (buyer_id, buyer) in shop_crowd.coupon_asks(people):
         path = f"/api/coupon-templates/{templates[n]}/issue"
         try:
             got = await server.call("POST", path, seller, {"user_id": buyer_id})
         except Refused as exc:
             floor.refused[f"issue ({exc.code})"] += 1
             continue
-        terms = Coupon(got["id"], Decimal(got["amount_off"]), Decimal(got["min_amount"]))
+        terms = shop_crowd.Coupon(got["id"], Decimal(got["amount_off"]), Decimal(got["min_amount"]))
         shop.coupons.setdefault(buyer, []).append(terms)
     shop.opened_at = server.now()
-    sale_body = _json(flash_sale_terms(shop.skus[FLASH_SKU][0], shop.opened_at, pay, len(people)))
+    sale_body = _json(
+        shop_crowd.flash_sale_terms(
+            shop.skus[shop_crowd.FLASH_SKU][0], shop.opened_at, pay, len(people)
+        )
+    )
     sale = await server.call("POST", "/api/flash-sales", seller, sale_body)
     shop.flash_sale_id, shop.flash_stocked = sale["id"], sale["stocked"]
 
@@ -228,10 +220,10 @@ async def _sell(
     """The buyers, the wrong turns first and the restock midway, on the server's time."""
     server, start = floor.server, floor.shop.opened_at
     tasks = [asyncio.create_task(floor.wrong_turns(tokens))]
-    for at, what, n, buyer in schedule(floor.rng, tokens):
+    for at, what, n, buyer in shop_crowd.schedule(floor.rng, tokens):
         await floor.at(start, at, pay)
         if what == "restock":
-            sku_id = floor.shop.skus[RESTOCKED][0]
+            sku_id = floor.shop.skus[shop_crowd.RESTOCKED][0]
             body = {"quantity": floor.shop.stocked[sku_id]}
             view = await server.call("POST", f"/api/skus/{sku_id}/restock", seller, body)
             floor.shop.stocked[sku_id] = view["stocked"]

@@ -25,25 +25,8 @@ from rich.live import Live
 from rich.table import Table
 
 from dueflow import render
-from dueflow.demo import marketplace
+from dueflow.demo import marketplace, shop_crowd
 from dueflow.demo import shop_checks as demo_shop_checks
-from dueflow.demo.shop_crowd import (
-    FLASH_LIMIT,
-    FLASH_SKU,
-    RESTOCKED,
-    SKUS,
-    TEMPLATES,
-    Coupon,
-    Crowd,
-    Shop,
-    coupon_asks,
-    flash_sale_terms,
-    request_hash,
-    rushes_to_pay,
-    schedule,
-    sku_stock,
-    template_terms,
-)
 from dueflow.demo.tickets import Promises
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.exceptions import DueflowError
@@ -56,10 +39,12 @@ from dueflow.store import idempotency
 CHECK_EVERY = 0.5
 
 
-class ShopFloor(marketplace.Market, Crowd):
+class ShopFloor(marketplace.Market, shop_crowd.Crowd):
     """The shop's buyers, placing, paying and cancelling in process."""
 
-    def __init__(self, deps: Deps, rng: random.Random, sim: httpx.AsyncClient, shop: Shop) -> None:
+    def __init__(
+        self, deps: Deps, rng: random.Random, sim: httpx.AsyncClient, shop: shop_crowd.Shop
+    ) -> None:
         super().__init__(deps, rng, sim)
         self.shop = shop
         self.people = {}
@@ -67,7 +52,7 @@ class ShopFloor(marketplace.Market, Crowd):
 
     async def place(self, buyer: Any, body: dict[str, Any], key: str) -> dict[str, Any] | str:
         # What POST /api/orders does with an Idempotency-Key: the first answer, or a new order.
-        tie = idempotency.Key(buyer, key, request_hash(body))
+        tie = idempotency.Key(buyer, key, shop_crowd.request_hash(body))
         try:
             again = await replays.replay(self.deps, tie)
             if again is not None:
@@ -103,7 +88,7 @@ class ShopFloor(marketplace.Market, Crowd):
         deps, rng, order_id = self.deps, self.rng, order["id"]
         durations = deps.policy.durations(order["order_type"])
         pay = order["pay_deadline"] - order["created_at"]
-        if rushes_to_pay(order, person):
+        if shop_crowd.rushes_to_pay(order, person):
             paid = await self.act("payment", self.pay_online(order_id, buyer, 0.0))
         else:
             paid = await self.pay_by_habit(order, person.buyer, buyer, pay)
@@ -135,18 +120,18 @@ class ShopFloor(marketplace.Market, Crowd):
 
 async def open_shop(
     deps: Deps, seller: int, other: int, buyers: Sequence[int], refused: Counter[str]
-) -> Shop:
+) -> shop_crowd.Shop:
     """The coupon templates and the coupons issued to the buyers who ask (refusals counted in
     ``refused``), then the seller's SKUs and flash sale and the other seller's kites: the shop
     opens once everything is on sale."""
     pay = deps.policy.durations(shop.SHOP_ORDER_TYPE).pay
     templates = []
-    for template in TEMPLATES:
-        terms = template_terms(template, deps.clock.now(), pay, len(buyers))
+    for template in shop_crowd.TEMPLATES:
+        terms = shop_crowd.template_terms(template, deps.clock.now(), pay, len(buyers))
         tpl = await shop.create_template(deps, seller_id=seller, **terms)
         templates.append(tpl["id"])
-    coupons: dict[Any, list[Coupon]] = {}
-    for n, buyer in coupon_asks(buyers):
+    coupons: dict[Any, list[shop_crowd.Coupon]] = {}
+    for n, buyer in shop_crowd.coupon_asks(buyers):
         try:
             got = await shop.issue_coupon(
                 deps, template_id=templates[n], issuer_id=seller, user_id=buyer
@@ -155,21 +140,21 @@ async def open_shop(
             refused[f"issue ({exc.code})"] += 1
             continue
         coupons.setdefault(buyer, []).append(
-            Coupon(got["id"], got["amount_off"], got["min_amount"])
+            shop_crowd.Coupon(got["id"], got["amount_off"], got["min_amount"])
         )
     skus: dict[str, tuple[int, Decimal]] = {}
-    for title, price, share in SKUS:
-        stock = sku_stock(title, share, len(buyers))
+    for title, price, share in shop_crowd.SKUS:
+        stock = shop_crowd.sku_stock(title, share, len(buyers))
         view = await shop.create_sku(deps, seller_id=seller, title=title, price=price, stock=stock)
         skus[title] = (view["id"], view["price"])
     kite = await shop.create_sku(deps, seller_id=other, title="kite", price="19.90", stock=5)
     now = deps.clock.now()
-    terms = flash_sale_terms(skus[FLASH_SKU][0], now, pay, len(buyers))
+    terms = shop_crowd.flash_sale_terms(skus[shop_crowd.FLASH_SKU][0], now, pay, len(buyers))
     sale = await shop.create_flash_sale(deps, seller_id=seller, **terms)
     stocked = {
         sku_id: (await shop.sku_view(deps, sku_id))["stocked"] for sku_id, _ in skus.values()
     }
-    return Shop(
+    return shop_crowd.Shop(
         skus, sale["id"], kite["id"], now, {**stocked, kite["id"]: 5}, sale["stocked"], coupons
     )
 
@@ -190,10 +175,10 @@ async def run(
         pay = deps.policy.durations(shop.SHOP_ORDER_TYPE).pay
         flash = deps.policy.durations(shop.FLASH_ORDER_TYPE).pay
         console.print(
-            f"dueflow demo --flow shop: {buyers} buyers, {len(SKUS)} SKUs, "
-            f"{len(TEMPLATES)} coupon templates, a flash sale of {the_shop.flash_stocked} "
-            f"{FLASH_SKU} (limit {FLASH_LIMIT} a buyer); dev profile at {speed:g}x (shop pay "
-            f"{pay}, flash pay {flash})"
+            f"dueflow demo --flow shop: {buyers} buyers, {len(shop_crowd.SKUS)} SKUs, "
+            f"{len(shop_crowd.TEMPLATES)} coupon templates, a flash sale of "
+            f"{the_shop.flash_stocked} {shop_crowd.FLASH_SKU} (limit {shop_crowd.FLASH_LIMIT} a "
+            f"buyer); dev profile at {speed:g}x (shop pay {pay}, flash pay {flash})"
         )
         promises = Promises()
         async with (
@@ -209,7 +194,9 @@ async def run(
         return await _summarise(deps, world.notifier, floor, promises, console, speed)
 
 
-async def _check(deps: Deps, floor: Crowd, promises: Promises, speed: float, *, over: bool) -> None:
+async def _check(
+    deps: Deps, floor: shop_crowd.Crowd, promises: Promises, speed: float, *, over: bool
+) -> None:
     """One check of the invariants into ``promises``: the engine's, then the shop's own (with
     ``over``, those of the sale's end too)."""
     engine = await marketplace.engine_invariants(deps, speed)
@@ -230,7 +217,7 @@ async def _sell(
     """The buyers on time, the wrong turns first and the restock midway; the buyers' tasks."""
     start = floor.shop.opened_at
     tasks = [asyncio.create_task(floor.wrong_turns(people))]
-    for at, what, n, buyer in schedule(floor.rng, people):
+    for at, what, n, buyer in shop_crowd.schedule(floor.rng, people):
         await floor.at(start, at, pay)
         if what == "restock":
             await _restock(floor, seller)
@@ -243,7 +230,7 @@ async def _sell(
 
 async def _restock(floor: ShopFloor, seller: int) -> None:
     """The seller puts as many posters on sale again as at the start."""
-    sku_id = floor.shop.skus[RESTOCKED][0]
+    sku_id = floor.shop.skus[shop_crowd.RESTOCKED][0]
     first = floor.shop.stocked[sku_id]
     view = await shop.restock(floor.deps, sku_id=sku_id, user_id=seller, quantity=first)
     floor.shop.stocked[sku_id] = view["stocked"]
