@@ -30,11 +30,9 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     @routes.get("/skus", response_class=HTMLResponse)
     async def sku_list(request: Request) -> Response:
-        async def render(user: User) -> Response:
-            found = await shop_overview.skus_overview(deps, LISTED)
-            return pages.page(request, "skus.html", user=user, skus=found, limit=LISTED, refresh=5)
-
-        return await pages.signed_in(request, render)
+        return await pages.listing(
+            request, "skus.html", "skus", shop_overview.skus_overview, LISTED
+        )
 
     @routes.get("/skus/{sku_id}", response_class=HTMLResponse)
     async def sku_page(request: Request, sku_id: str) -> Response:
@@ -50,13 +48,9 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     @routes.get("/flash-sales", response_class=HTMLResponse)
     async def flash_sale_list(request: Request) -> Response:
-        async def render(user: User) -> Response:
-            found = await shop_overview.flash_sales_overview(deps, LISTED)
-            return pages.page(
-                request, "flash_sales.html", user=user, sales=found, limit=LISTED, refresh=5
-            )
-
-        return await pages.signed_in(request, render)
+        return await pages.listing(
+            request, "flash_sales.html", "sales", shop_overview.flash_sales_overview, LISTED
+        )
 
     @routes.get("/coupons", response_class=HTMLResponse)
     async def find_coupons(request: Request, user: str = "") -> Response:

@@ -65,13 +65,9 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     @routes.get("/shows", response_class=HTMLResponse)
     async def show_list(request: Request) -> Response:
-        async def render(user: User) -> Response:
-            found = await report.shows_overview(deps, SHOWS_LISTED)
-            return pages.page(
-                request, "shows.html", user=user, shows=found, limit=SHOWS_LISTED, refresh=5
-            )
-
-        return await pages.signed_in(request, render)
+        return await pages.listing(
+            request, "shows.html", "shows", report.shows_overview, SHOWS_LISTED
+        )
 
     @routes.get("/shows/{show_id}", response_class=HTMLResponse)
     async def show_page(request: Request, show_id: str) -> Response:

@@ -1,5 +1,5 @@
 """What every admin page shares: :class:`Pages` (the session's admin, a page only for it, one
-thing's page found by the id in its path, rendering a template with
+thing's page found by the id in its path, a list page, rendering a template with
 the CSRF token and the flash message, the error page, the redirect back, an action's checked
 POST) and the small helpers of the areas' routes (ids from a path or a form, the login
 redirect, the refusal of a stale form)."""
@@ -96,6 +96,23 @@ class Pages:
             return await render(user, one_id, loaded)
 
         return await self.signed_in(request, found)
+
+    async def listing(
+        self,
+        request: Request,
+        name: str,
+        rows: str,
+        load: Callable[[Deps, int], Awaitable[list[dict[str, Any]]]],
+        limit: int,
+    ) -> Response:
+        """A list page for the session's admin, redrawn every 5 seconds: the template ``name``
+        with ``load(deps, limit)`` (the newest ``limit`` at most) as ``rows``, and ``limit``."""
+
+        async def render(user: User) -> Response:
+            found: dict[str, Any] = {rows: await load(self.deps, limit)}
+            return self.page(request, name, user=user, limit=limit, refresh=5, **found)
+
+        return await self.signed_in(request, render)
 
     def page(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         """Render a template with the session's CSRF token and the pending flash message."""
