@@ -3,6 +3,9 @@ retry, reject with a reason, record it settled off-line with a reference."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import Protocol
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
@@ -10,6 +13,14 @@ from dueflow.api.admin_pages.site import Pages, checked_id
 from dueflow.exceptions import InvalidInput
 from dueflow.service import refunds, report
 from dueflow.service.accounts import User
+from dueflow.service.deps import Deps
+
+
+class Submit(Protocol):
+    """An operator's move that submits a refund to its provider (approve, retry)."""
+
+    def __call__(self, deps: Deps, refund_id: int, *, actor: str) -> Awaitable[str]:
+        """Submit the refund; its state afterwards."""
 
 
 def add_routes(routes: APIRouter, pages: Pages) -> None:
@@ -37,21 +48,23 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
         return await pages.signed_in(request, render)
 
-    @routes.post("/refunds/{refund_id}/approve")
-    async def approve(request: Request, refund_id: int) -> Response:
+    async def submitted(request: Request, refund_id: int, submit: Submit, done: str) -> Response:
+        """The refund submitted by ``submit`` (approve, retry) for a checked POST; the flash
+        says ``done`` and the refund's state now."""
+
         async def go(actor: str) -> str:
-            state = await refunds.approve(deps, checked_id(refund_id), actor=actor)
-            return f"Refund {refund_id} approved and submitted: now {state}."
+            state = await submit(deps, checked_id(refund_id), actor=actor)
+            return f"Refund {refund_id} {done}: now {state}."
 
         return await pages.act(request, go)
+
+    @routes.post("/refunds/{refund_id}/approve")
+    async def approve(request: Request, refund_id: int) -> Response:
+        return await submitted(request, refund_id, refunds.approve, "approved and submitted")
 
     @routes.post("/refunds/{refund_id}/retry")
     async def retry(request: Request, refund_id: int) -> Response:
-        async def go(actor: str) -> str:
-            state = await refunds.retry(deps, checked_id(refund_id), actor=actor)
-            return f"Refund {refund_id} submitted again: now {state}."
-
-        return await pages.act(request, go)
+        return await submitted(request, refund_id, refunds.retry, "submitted again")
 
     @routes.post("/refunds/{refund_id}/reject")
     async def reject(request: Request, refund_id: int) -> Response:
