@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -46,6 +47,9 @@ _HOLD = hot.Hot(
     )
     .values(reserved_order_id=bindparam("order_id"), updated_at=bindparam("now"))
 )
+#: Releasing and selling move only goods still on sale (taking off sale moves them whatever
+#: their status).
+_STILL_ON_SALE = goods.c.status == ON_SALE
 
 
 async def get(conn: AsyncConnection, goods_id: int) -> hot.HotRow | None:
@@ -60,35 +64,33 @@ async def hold_goods(conn: AsyncConnection, goods_id: int, order_id: int, now: d
 
 async def release_goods(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
     """Put back on sale what these orders hold (only where they are the holder)."""
-    if not order_ids:
-        return 0
-    result = await conn.execute(
-        update(goods)
-        .where(tally.among(conn, goods.c.reserved_order_id, order_ids), goods.c.status == ON_SALE)
-        .values(reserved_order_id=None, updated_at=now)
+    return await _update_held(
+        conn, order_ids, _STILL_ON_SALE, reserved_order_id=None, updated_at=now
     )
-    return int(result.rowcount)
 
 
 async def sell_goods(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
     """Mark as sold the goods these (now paid) orders hold."""
-    if not order_ids:
-        return 0
-    result = await conn.execute(
-        update(goods)
-        .where(tally.among(conn, goods.c.reserved_order_id, order_ids), goods.c.status == ON_SALE)
-        .values(status=SOLD, updated_at=now)
-    )
-    return int(result.rowcount)
+    return await _update_held(conn, order_ids, _STILL_ON_SALE, status=SOLD, updated_at=now)
 
 
 async def take_off_sale(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
     """Take off sale what these orders hold and clear the hold (the seller never shipped it)."""
+    return await _update_held(
+        conn, order_ids, status=OFF_SALE, reserved_order_id=None, updated_at=now
+    )
+
+
+async def _update_held(
+    conn: AsyncConnection, order_ids: Sequence[int], *guards: Any, **values: Any
+) -> int:
+    """One update of the goods these orders hold (where ``guards`` also hold): sets ``values``,
+    returns how many rows it changed; no statement for no orders."""
     if not order_ids:
         return 0
     result = await conn.execute(
         update(goods)
-        .where(tally.among(conn, goods.c.reserved_order_id, order_ids))
-        .values(status=OFF_SALE, reserved_order_id=None, updated_at=now)
+        .where(tally.among(conn, goods.c.reserved_order_id, order_ids), *guards)
+        .values(**values)
     )
     return int(result.rowcount)
