@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, delete, func, insert, select, update
+from sqlalchemy import Row, Table, and_, delete, func, insert, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -254,11 +254,7 @@ async def sell_seats(
     rows = await _holds_of(conn, order_ids, HELD)
     if not rows:
         return []
-    await conn.execute(
-        update(seat_holds)
-        .where(seat_holds.c.order_id.in_(order_ids), seat_holds.c.state == HELD)
-        .values(state=SOLD, updated_at=now)
-    )
+    await _move_rows(conn, seat_holds, order_ids, HELD, state=SOLD, updated_at=now)
     await conn.execute(
         insert(tickets),
         [
@@ -285,12 +281,20 @@ async def void_seats(
     """The show of these paid orders is off: their tickets are void, their seats let go."""
     if not order_ids:
         return []
-    await conn.execute(
-        update(tickets)
-        .where(tickets.c.order_id.in_(order_ids), tickets.c.state == VALID)
-        .values(state=VOID, voided_at=now)
-    )
+    await _move_rows(conn, tickets, order_ids, VALID, state=VOID, voided_at=now)
     return await _let_go(conn, await _holds_of(conn, order_ids, SOLD), SOLD)
+
+
+async def _move_rows(
+    conn: AsyncConnection, table: Table, order_ids: Sequence[int], expected: str, **values: Any
+) -> None:
+    """One guarded update of these orders' rows of ``table`` (seat holds or tickets) that are
+    still ``expected``."""
+    await conn.execute(
+        update(table)
+        .where(table.c.order_id.in_(order_ids), table.c.state == expected)
+        .values(**values)
+    )
 
 
 def new_code() -> str:
