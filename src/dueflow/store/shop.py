@@ -15,8 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Row, Table, and_, case, func, insert, select, update
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy import Row, Table, case, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store import tally
@@ -155,35 +154,14 @@ async def sell(conn: AsyncConnection, table: Table, units: Mapping[int, int], no
     return sum(units.values())
 
 
-def _insert_buyer(conn: AsyncConnection, flash_sale_id: int, buyer_id: int) -> Any:
-    """The buyer's count row (0 units) unless it exists (as shows' per-buyer counts: MySQL
-    locks an existing row exclusively at once, so two parallel orders never deadlock)."""
-    values = {"flash_sale_id": flash_sale_id, "buyer_id": buyer_id, "units": 0}
-    dialect = conn.dialect.name
-    if dialect == "postgresql":
-        return postgresql.insert(flash_buyers).values(**values).on_conflict_do_nothing()
-    if dialect == "sqlite":
-        return sqlite.insert(flash_buyers).values(**values).on_conflict_do_nothing()
-    statement = mysql.insert(flash_buyers).values(**values)
-    return statement.on_duplicate_key_update(units=flash_buyers.c.units)
-
-
 async def count_buyer(
     conn: AsyncConnection, *, flash_sale_id: int, buyer_id: int, quantity: int, limit: int
 ) -> int | None:
     """Count ``quantity`` more units against the buyer's limit for the sale: one guarded update
-    of the buyer's row. Returns None when counted, else what the buyer already holds or bought."""
-    await conn.execute(_insert_buyer(conn, flash_sale_id, buyer_id))
-    row = flash_buyers.c
-    mine = and_(row.flash_sale_id == flash_sale_id, row.buyer_id == buyer_id)
-    result = await conn.execute(
-        update(flash_buyers)
-        .where(mine, row.units + quantity <= limit)
-        .values(units=row.units + quantity)
-    )
-    if result.rowcount == 1:
-        return None
-    return int(await conn.scalar(select(row.units).where(mine)) or 0)
+    of the buyer's row (:func:`dueflow.store.tally.count_against`). Returns None when counted,
+    else what the buyer already holds or bought."""
+    key = {"flash_sale_id": flash_sale_id, "buyer_id": buyer_id}
+    return await tally.count_against(conn, flash_buyers, key, "units", quantity, limit)
 
 
 async def uncount_buyers(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> None:
@@ -192,14 +170,7 @@ async def uncount_buyers(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> Non
     per_buyer: dict[tally.Key, int] = defaultdict(int)
     for r in rows:
         per_buyer[(int(r.item_id), int(r.buyer_id))] += int(r.units)
-    row = flash_buyers.c
-    await tally.add_each(
-        conn,
-        flash_buyers,
-        (row.flash_sale_id, row.buyer_id),
-        per_buyer,
-        lambda n: {"units": row.units - n},
-    )
+    await tally.uncount(conn, flash_buyers, ("flash_sale_id", "buyer_id"), "units", per_buyer)
 
 
 async def insert_flash_sale(conn: AsyncConnection, **values: Any) -> int:

@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, Table, and_, delete, func, insert, select, update
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -110,49 +109,23 @@ async def taken_among(conn: AsyncConnection, seat_ids: Sequence[int]) -> list[in
     return [int(r[0]) for r in (await conn.execute(query)).all()]
 
 
-def _insert_counter(conn: AsyncConnection, show_id: int, buyer_id: int) -> Any:
-    """Insert the buyer's count row (0 seats) unless it exists. MySQL's INSERT IGNORE would take
-    a shared lock on an existing row, which two parallel orders then both try to upgrade for
-    the guarded update (a deadlock): there a no-op ON DUPLICATE KEY UPDATE locks it exclusively
-    at once. PostgreSQL's ON CONFLICT DO NOTHING takes no lock; the update then queues."""
-    values = {"show_id": show_id, "buyer_id": buyer_id, "seats": 0}
-    dialect = conn.dialect.name
-    if dialect == "postgresql":
-        return postgresql.insert(show_buyers).values(**values).on_conflict_do_nothing()
-    if dialect == "sqlite":
-        return sqlite.insert(show_buyers).values(**values).on_conflict_do_nothing()
-    statement = mysql.insert(show_buyers).values(**values)
-    return statement.on_duplicate_key_update(seats=show_buyers.c.seats)
-
-
 async def count_seats(
     conn: AsyncConnection, *, show_id: int, buyer_id: int, seats_wanted: int, limit: int
 ) -> None:
     """Count ``seats_wanted`` more seats against the buyer's limit for the show: one guarded
-    update of the buyer's row, which locks it until the placing transaction ends, so two
-    parallel orders of one buyer are counted one after the other.
+    update of the buyer's row (:func:`dueflow.store.tally.count_against`), which locks it until
+    the placing transaction ends, so two parallel orders of one buyer are counted one after the
+    other.
 
     Raises:
         SeatLimitExceeded: the buyer would hold or own more than ``limit`` seats of the show.
     """
-    await conn.execute(_insert_counter(conn, show_id, buyer_id))
-    row = show_buyers.c
-    result = await conn.execute(
-        update(show_buyers)
-        .where(
-            row.show_id == show_id,
-            row.buyer_id == buyer_id,
-            row.seats + seats_wanted <= limit,
-        )
-        .values(seats=row.seats + seats_wanted)
-    )
-    if result.rowcount == 1:
+    key = {"show_id": show_id, "buyer_id": buyer_id}
+    counted = await tally.count_against(conn, show_buyers, key, "seats", seats_wanted, limit)
+    if counted is None:
         return
-    counted = await conn.scalar(
-        select(row.seats).where(row.show_id == show_id, row.buyer_id == buyer_id)
-    )
     raise SeatLimitExceeded(
-        f"show {show_id} allows {limit} seats a buyer; you hold or bought {counted or 0}"
+        f"show {show_id} allows {limit} seats a buyer; you hold or bought {counted}"
         f" and asked for {seats_wanted} more"
     )
 
@@ -214,7 +187,7 @@ async def _let_go(conn: AsyncConnection, rows: Sequence[Any], state: str) -> lis
     """Give each buyer's count back, then delete these hold rows. Counts first: a placement
     counts its buyer's seats before it inserts its holds, so both take the buyer's row before
     the seats and never wait on each other in a cycle; the counts are set-based, locked in key
-    order (:func:`dueflow.store.tally.add_each`)."""
+    order (:func:`dueflow.store.tally.uncount`)."""
     if not rows:
         return []
     per_buyer: dict[tally.Key, int] = defaultdict(int)
@@ -222,14 +195,7 @@ async def _let_go(conn: AsyncConnection, rows: Sequence[Any], state: str) -> lis
     for r in rows:
         per_buyer[(r.show_id, r.buyer_id)] += 1
         per_show[r.show_id].append(r.label)
-    row = show_buyers.c
-    await tally.add_each(
-        conn,
-        show_buyers,
-        (row.show_id, row.buyer_id),
-        per_buyer,
-        lambda n: {"seats": row.seats - n},
-    )
+    await tally.uncount(conn, show_buyers, ("show_id", "buyer_id"), "seats", per_buyer)
     await conn.execute(
         delete(seat_holds).where(
             seat_holds.c.seat_id.in_([r.seat_id for r in rows]), seat_holds.c.state == state

@@ -1,5 +1,6 @@
-"""Adding a different amount to many counter rows at once (units back to stock, seats and units
-no longer counted against their buyers), in few statements, with the locks taken in key order.
+"""Counter rows: counting against a limit (a buyer's seats of a show, units of a flash sale),
+and adding a different amount to many rows at once (units back to stock, seats and units no
+longer counted against their buyers), in few statements, with the locks taken in key order.
 
 A cancel gives back units of many SKUs and counts of many buyers in one transaction. One UPDATE
 per row would cost a round trip each; one UPDATE for all needs each row's own amount. So rows are
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import BigInteger, Column, Table, and_, any_, bindparam, case, or_, select, update
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -81,3 +83,58 @@ def among(conn: AsyncConnection, column: Column[Any], ids: Sequence[int]) -> Any
     if conn.dialect.name == "postgresql":
         return column == any_(bindparam(None, list(ids), type_=ARRAY(BigInteger)))
     return column.in_(ids)
+
+
+async def count_against(
+    conn: AsyncConnection,
+    table: Table,
+    key: Mapping[str, int],
+    column: str,
+    more: int,
+    limit: int,
+) -> int | None:
+    """Count ``more`` against ``limit`` in the ``column`` of the row of ``table`` at ``key``
+    (its key columns' values): the row is inserted counting 0 unless it exists, then one
+    guarded update adds ``more`` if the count stays within ``limit``; the row stays locked until
+    the transaction ends, so two parallel orders of one buyer are counted one after the other.
+    Returns None when counted, else the row's count (what the buyer already holds or bought)."""
+    await conn.execute(_insert_unless_exists(conn, table, key, column))
+    count = table.c[column]
+    mine = and_(*(table.c[name] == value for name, value in key.items()))
+    result = await conn.execute(
+        update(table).where(mine, count + more <= limit).values({column: count + more})
+    )
+    if result.rowcount == 1:
+        return None
+    return int(await conn.scalar(select(count).where(mine)) or 0)
+
+
+async def uncount(
+    conn: AsyncConnection,
+    table: Table,
+    key: Sequence[str],
+    column: str,
+    amounts: Mapping[Key, int],
+) -> None:
+    """Take each key's amount back off the count in ``column`` of the rows of ``table`` (what
+    :func:`count_against` counted), set-based: :func:`add_each` on the ``key`` columns."""
+    count = table.c[column]
+    columns = [table.c[name] for name in key]
+    await add_each(conn, table, columns, amounts, lambda n: {column: count - n})
+
+
+def _insert_unless_exists(
+    conn: AsyncConnection, table: Table, key: Mapping[str, int], column: str
+) -> Any:
+    """Insert the counter row (``column`` 0) unless it exists. MySQL's INSERT IGNORE would take
+    a shared lock on an existing row, which two parallel orders then both try to upgrade for
+    the guarded update (a deadlock): there a no-op ON DUPLICATE KEY UPDATE locks it exclusively
+    at once. PostgreSQL's ON CONFLICT DO NOTHING takes no lock; the update then queues."""
+    values = {**key, column: 0}
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert(table).values(**values).on_conflict_do_nothing()
+    if dialect == "sqlite":
+        return sqlite.insert(table).values(**values).on_conflict_do_nothing()
+    statement = mysql.insert(table).values(**values)
+    return statement.on_duplicate_key_update({column: table.c[column]})
