@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import exc
@@ -71,21 +71,34 @@ def sqlite_connect(synchronous: str) -> Callable[[Any, Any], None]:
 
 
 def _sqlite_pragmas(dbapi_connection: Any, synchronous: str) -> None:
+    # Inline connections wait for locks on the event loop (sqlite_inline), never in SQLite.
+    inline = isinstance(dbapi_connection.driver_connection, sqlite_inline.InlineConnection)
+    set_pragmas(
+        dbapi_connection,
+        [
+            "journal_mode=WAL",
+            f"synchronous={synchronous}",
+            # A commit only appends to the WAL; the checkpoints (which wait on the disk) run on
+            # a thread of their own (sqlite_checkpoint), never inside a commit on the event loop.
+            "wal_autocheckpoint=0",
+            f"busy_timeout={0 if inline else SQLITE_BUSY_TIMEOUT_MS}",
+            "foreign_keys=ON",
+            # A larger page cache (64 MiB, bounded) keeps big timer and order tables off the
+            # disk path.
+            "cache_size=-65536",
+            "temp_store=MEMORY",
+        ],
+    )
+
+
+def set_pragmas(dbapi_connection: Any, pragmas: Sequence[str]) -> None:
+    """Set up a new SQLite connection: ``PRAGMA`` each of ``pragmas`` (``name=value``), in
+    order, and no implicit BEGIN by the driver."""
     # We issue BEGIN ourselves (IMMEDIATE for writes) instead of the driver's implicit BEGIN.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute(f"PRAGMA synchronous={synchronous}")
-    # A commit only appends to the WAL; the checkpoints (which wait on the disk) run on a
-    # thread of their own (sqlite_checkpoint), never inside a commit on the event loop.
-    cursor.execute("PRAGMA wal_autocheckpoint=0")
-    # Inline connections wait for locks on the event loop (sqlite_inline), never in SQLite.
-    inline = isinstance(dbapi_connection.driver_connection, sqlite_inline.InlineConnection)
-    cursor.execute(f"PRAGMA busy_timeout={0 if inline else SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    # A larger page cache (64 MiB, bounded) keeps big timer and order tables off the disk path.
-    cursor.execute("PRAGMA cache_size=-65536")
-    cursor.execute("PRAGMA temp_store=MEMORY")
+    for pragma in pragmas:
+        cursor.execute(f"PRAGMA {pragma}")
     cursor.close()
 
 

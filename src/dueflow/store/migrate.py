@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import NullPool
 
 from dueflow.exceptions import NotMigrated
+from dueflow.store import _db_connect
 from dueflow.store.db import SQLITE_BUSY_TIMEOUT_MS, Database
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -112,12 +113,8 @@ async def _schema_engine(db: Database) -> AsyncIterator[AsyncEngine]:
 
 
 def _without_foreign_keys(dbapi_connection: Any, _record: Any) -> None:
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA foreign_keys=OFF")
-    cursor.close()
+    pragmas = ["journal_mode=WAL", f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}", "foreign_keys=OFF"]
+    _db_connect.set_pragmas(dbapi_connection, pragmas)
 
 
 async def _check_foreign_keys(conn: AsyncConnection) -> None:
