@@ -206,13 +206,9 @@ class AlipayProvider(PaymentProvider):
         """``alipay.trade.fastpay.refund.query`` with ``out_request_no = out_trade_no``: a
         refund made without a request number of ours (the one ``alipay.trade.cancel`` makes of
         a paid trade) is found by the trade's own number (Alipay's docs)."""
-        biz = {"out_trade_no": request.pay_no, "out_request_no": request.pay_no}
-        try:
-            content = await self._call("alipay.trade.fastpay.refund.query", biz)
-        except _wire.CallFailed as exc:
-            return RefundOutcome(RefundResult.UNKNOWN, exc.reason)
-        if content.get("code") != SUCCESS_CODE:
-            return RefundOutcome(RefundResult.UNKNOWN, _wire.describe(content))
+        content = await self._refund_query(request.pay_no, request.pay_no)
+        if isinstance(content, RefundOutcome):
+            return content
         if content.get("refund_status") != "REFUND_SUCCESS":
             return RefundOutcome(RefundResult.NOT_FOUND, "alipay gave nothing back by itself")
         try:
@@ -249,13 +245,9 @@ class AlipayProvider(PaymentProvider):
         found means not refunded, request the refund again with the same ``out_request_no``),
         so it is :attr:`RefundResult.NOT_FOUND`, never a failure.
         """
-        biz = {"out_trade_no": request.pay_no, "out_request_no": request.refund_no}
-        try:
-            content = await self._call("alipay.trade.fastpay.refund.query", biz)
-        except _wire.CallFailed as exc:
-            return RefundOutcome(RefundResult.UNKNOWN, exc.reason)
-        if content.get("code") != SUCCESS_CODE:
-            return RefundOutcome(RefundResult.UNKNOWN, _wire.describe(content))
+        content = await self._refund_query(request.pay_no, request.refund_no)
+        if isinstance(content, RefundOutcome):
+            return content
         if content.get("out_request_no") not in (None, request.refund_no):
             return RefundOutcome(RefundResult.UNKNOWN, "the answer is about another refund")
         if content.get("refund_status") == "REFUND_SUCCESS":
@@ -263,6 +255,21 @@ class AlipayProvider(PaymentProvider):
         return RefundOutcome(RefundResult.NOT_FOUND, "no refund by this out_request_no")
 
     # --- internals -------------------------------------------------------------------------
+
+    async def _refund_query(
+        self, pay_no: str, out_request_no: str
+    ) -> dict[str, Any] | RefundOutcome:
+        """``alipay.trade.fastpay.refund.query`` of the trade's refund ``out_request_no``: the
+        answer's content when it is a ``10000``, else the outcome to give (unknown: the call
+        failed, or Alipay answered an error)."""
+        biz = {"out_trade_no": pay_no, "out_request_no": out_request_no}
+        try:
+            content = await self._call("alipay.trade.fastpay.refund.query", biz)
+        except _wire.CallFailed as exc:
+            return RefundOutcome(RefundResult.UNKNOWN, exc.reason)
+        if content.get("code") != SUCCESS_CODE:
+            return RefundOutcome(RefundResult.UNKNOWN, _wire.describe(content))
+        return content
 
     async def _close_or_query(self, attempt: Attempt, now: datetime) -> CloseOutcome:
         biz = {"out_trade_no": attempt.pay_no}
