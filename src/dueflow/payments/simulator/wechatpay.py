@@ -139,20 +139,16 @@ def _native(call: Call) -> Reply:
 
 
 def _query(call: Call) -> Reply:
-    if call.query.get("mchid") != call.state.config.wechat_mchid:
-        return _error(400, "PARAM_ERROR", "mchid 与请求商户不符")
-    trade = call.state.trade(WECHATPAY, call.path["out_trade_no"])
-    if trade is None:
-        return _error(404, "ORDER_NOT_EXIST", "订单不存在")
+    trade = _path_trade(call, call.query.get("mchid"))
+    if not isinstance(trade, Trade):
+        return trade
     return 200, transaction(call.state, trade)
 
 
 def _close(call: Call) -> Reply:
-    if call.body.get("mchid") != call.state.config.wechat_mchid:
-        return _error(400, "PARAM_ERROR", "mchid 与请求商户不符")
-    trade = call.state.trade(WECHATPAY, call.path["out_trade_no"])
-    if trade is None:
-        return _error(404, "ORDER_NOT_EXIST", "订单不存在")
+    trade = _path_trade(call, call.body.get("mchid"))
+    if not isinstance(trade, Trade):
+        return trade
     if call.state.close(trade):
         return 204, None
     if trade.status is TradeStatus.PAID:
@@ -269,6 +265,17 @@ def _respond(state: SimulatorState, reply: Reply) -> Response:
     if payload is not None:
         headers["Content-Type"] = JSON_TYPE
     return Response(body, status_code=status, headers=headers)
+
+
+def _path_trade(call: Call, mchid: object) -> Trade | Reply:
+    """The trade the path names, for the ``mchid`` the request names (the query's or the
+    body's); else the error to answer (another merchant, no such trade)."""
+    if mchid != call.state.config.wechat_mchid:
+        return _error(400, "PARAM_ERROR", "mchid 与请求商户不符")
+    trade = call.state.trade(WECHATPAY, call.path["out_trade_no"])
+    if trade is None:
+        return _error(404, "ORDER_NOT_EXIST", "订单不存在")
+    return trade
 
 
 def _refunded_trade(call: Call) -> Trade | None:
