@@ -39,39 +39,6 @@ async def find(conn: AsyncConnection, buyer_id: int, key: str, now: datetime) ->
     return (await conn.execute(query)).first()
 
 
-async def claim(
-    conn: AsyncConnection,
-    *,
-    buyer_id: int,
-    key: str,
-    request_hash: str,
-    order_id: int,
-    now: datetime,
-    status_code: int | None = None,
-    body: str | None = None,
-) -> None:
-    """Tie ``key`` to the order being placed, with its first answer if given (a stale row of
-    the same key is replaced). Two requests racing with one key: the unique key lets one
-    insert; the other's transaction fails (a Conflict) and takes nothing."""
-    c = idempotency_keys.c
-    await conn.execute(
-        delete(idempotency_keys).where(
-            c.buyer_id == buyer_id, c.key == key, c.created_at <= now - KEEP
-        )
-    )
-    await conn.execute(
-        insert(idempotency_keys).values(
-            buyer_id=buyer_id,
-            key=key,
-            request_hash=request_hash,
-            order_id=order_id,
-            status_code=status_code,
-            body=body,
-            created_at=now,
-        )
-    )
-
-
 async def purge(conn: AsyncConnection, now: datetime) -> int:
     """Forget keys older than :data:`KEEP`."""
     c = idempotency_keys.c
@@ -83,16 +50,25 @@ async def tie(
     conn: AsyncConnection, key: Key | None, view: Mapping[str, Any], now: datetime
 ) -> None:
     """Last in a placing transaction: tie the request's key, if any, to the new order whose
-    ``view`` is the answer (kept as the key's :attr:`Key.answer` writes it). No key, no
-    statement."""
-    if key is not None:
-        await claim(
-            conn,
+    ``view`` is the answer (kept as the key's :attr:`Key.answer` writes it; a stale row of the
+    same key is replaced). No key, no statement. Two requests racing with one key: the unique
+    key lets one insert; the other's transaction fails (a Conflict) and takes nothing."""
+    if key is None:
+        return
+    c = idempotency_keys.c
+    await conn.execute(
+        delete(idempotency_keys).where(
+            c.buyer_id == key.buyer_id, c.key == key.key, c.created_at <= now - KEEP
+        )
+    )
+    await conn.execute(
+        insert(idempotency_keys).values(
             buyer_id=key.buyer_id,
             key=key.key,
             request_hash=key.request_hash,
             order_id=int(view["id"]),
-            now=now,
             status_code=201 if key.answer is not None else None,
             body=key.answer(view) if key.answer is not None else None,
+            created_at=now,
         )
+    )
