@@ -44,15 +44,18 @@ async def insert_sku(
             seller_id=seller_id,
             title=title,
             price=price,
-            stock=stock,
-            held=0,
-            sold=0,
-            stocked=stock,
             created_at=now,
             updated_at=now,
+            **_all_on_sale(stock),
         )
     )
     return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+def _all_on_sale(stock: int) -> dict[str, int]:
+    """The unit counts of a new SKU or flash sale: all ``stock`` units on sale, none held or
+    sold."""
+    return {"stock": stock, "held": 0, "sold": 0, "stocked": stock}
 
 
 async def get(
@@ -175,8 +178,9 @@ async def uncount_buyers(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> Non
 
 async def insert_flash_sale(conn: AsyncConnection, **values: Any) -> int:
     """A new flash sale (its units all on sale); returns its id."""
-    stock = values["stock"]
-    result = await conn.execute(insert(flash_sales).values(held=0, sold=0, stocked=stock, **values))
+    result = await conn.execute(
+        insert(flash_sales).values({**values, **_all_on_sale(values["stock"])})
+    )
     return int(result.inserted_primary_key[0])  # type: ignore[index]
 
 
