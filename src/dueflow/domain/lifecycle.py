@@ -116,24 +116,38 @@ class Lifecycle:
         return frozenset(s for pair, to in self.moves.items() for s in (pair[0], to))
 
 
+#: Every flow's pay stage: an order awaits payment until its pay deadline.
+_PAY_STAGE = Stage("pay_deadline", "pay", TimerKind.CANCEL_UNPAID)
+
+#: Goods that are shipped (the marketplace's and the shop's), up to receipt: paid, or cancelled
+#: by the buyer or the pay deadline; then shipped, or cancelled by the seller or the ship
+#: deadline.
+_UP_TO_RECEIPT = {
+    (S.PENDING_PAYMENT, E.PAY): S.PENDING_SHIPMENT,
+    (S.PENDING_PAYMENT, E.BUYER_CANCEL): S.CANCELLED_UNPAID,
+    (S.PENDING_PAYMENT, E.PAY_TIMEOUT): S.CANCELLED_UNPAID,
+    (S.PENDING_SHIPMENT, E.SHIP): S.SHIPPED,
+    (S.PENDING_SHIPMENT, E.SHIP_TIMEOUT): S.CANCELLED_UNSHIPPED,
+    (S.PENDING_SHIPMENT, E.SELLER_CANCEL): S.CANCELLED_UNSHIPPED,
+}
+#: The deadlines of goods that are shipped, up to receipt.
+_UP_TO_RECEIPT_STAGES = {
+    S.PENDING_PAYMENT: _PAY_STAGE,
+    S.PENDING_SHIPMENT: Stage("ship_deadline", "ship", TimerKind.CANCEL_UNSHIPPED),
+    S.SHIPPED: Stage("receive_deadline", "receive", TimerKind.CONFIRM_RECEIPT),
+}
+
 MARKETPLACE = Lifecycle(
     name="marketplace",
     moves={
-        (S.PENDING_PAYMENT, E.PAY): S.PENDING_SHIPMENT,
-        (S.PENDING_PAYMENT, E.BUYER_CANCEL): S.CANCELLED_UNPAID,
-        (S.PENDING_PAYMENT, E.PAY_TIMEOUT): S.CANCELLED_UNPAID,
-        (S.PENDING_SHIPMENT, E.SHIP): S.SHIPPED,
-        (S.PENDING_SHIPMENT, E.SHIP_TIMEOUT): S.CANCELLED_UNSHIPPED,
-        (S.PENDING_SHIPMENT, E.SELLER_CANCEL): S.CANCELLED_UNSHIPPED,
+        **_UP_TO_RECEIPT,
         (S.SHIPPED, E.CONFIRM_RECEIPT): S.RECEIVED,
         (S.SHIPPED, E.RECEIVE_TIMEOUT): S.RECEIVED,
         (S.RECEIVED, E.REVIEWS_COMPLETE): S.COMPLETED,
         (S.RECEIVED, E.REVIEW_TIMEOUT): S.COMPLETED,
     },
     stages={
-        S.PENDING_PAYMENT: Stage("pay_deadline", "pay", TimerKind.CANCEL_UNPAID),
-        S.PENDING_SHIPMENT: Stage("ship_deadline", "ship", TimerKind.CANCEL_UNSHIPPED),
-        S.SHIPPED: Stage("receive_deadline", "receive", TimerKind.CONFIRM_RECEIPT),
+        **_UP_TO_RECEIPT_STAGES,
         S.RECEIVED: Stage("review_deadline", "review", TimerKind.AUTO_REVIEW),
     },
 )
@@ -148,7 +162,7 @@ TICKETS = Lifecycle(
         (S.PENDING_PAYMENT, E.SHOW_CANCEL): S.CANCELLED_UNPAID,
         (S.PAID, E.SHOW_CANCEL): S.CANCELLED_PAID,
     },
-    stages={S.PENDING_PAYMENT: Stage("pay_deadline", "pay", TimerKind.CANCEL_UNPAID)},
+    stages={S.PENDING_PAYMENT: _PAY_STAGE},
 )
 
 #: Units of SKUs (and a coupon), or of a flash sale: shipped and received as in the marketplace,
@@ -156,20 +170,11 @@ TICKETS = Lifecycle(
 SHOP = Lifecycle(
     name="shop",
     moves={
-        (S.PENDING_PAYMENT, E.PAY): S.PENDING_SHIPMENT,
-        (S.PENDING_PAYMENT, E.BUYER_CANCEL): S.CANCELLED_UNPAID,
-        (S.PENDING_PAYMENT, E.PAY_TIMEOUT): S.CANCELLED_UNPAID,
-        (S.PENDING_SHIPMENT, E.SHIP): S.SHIPPED,
-        (S.PENDING_SHIPMENT, E.SHIP_TIMEOUT): S.CANCELLED_UNSHIPPED,
-        (S.PENDING_SHIPMENT, E.SELLER_CANCEL): S.CANCELLED_UNSHIPPED,
+        **_UP_TO_RECEIPT,
         (S.SHIPPED, E.CONFIRM_RECEIPT): S.COMPLETED,
         (S.SHIPPED, E.RECEIVE_TIMEOUT): S.COMPLETED,
     },
-    stages={
-        S.PENDING_PAYMENT: Stage("pay_deadline", "pay", TimerKind.CANCEL_UNPAID),
-        S.PENDING_SHIPMENT: Stage("ship_deadline", "ship", TimerKind.CANCEL_UNSHIPPED),
-        S.SHIPPED: Stage("receive_deadline", "receive", TimerKind.CONFIRM_RECEIPT),
-    },
+    stages=_UP_TO_RECEIPT_STAGES,
 )
 
 LIFECYCLES: Mapping[str, Lifecycle] = {flow.name: flow for flow in (MARKETPLACE, TICKETS, SHOP)}
