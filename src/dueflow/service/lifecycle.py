@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Column, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -51,15 +51,8 @@ async def cancel(
     ``holds_later``: the caller lets go of the holds itself with :func:`let_go` in the same
     transaction, as late as it can (the rows of SKUs, flash sales and buyers' counts are
     shared with other transactions, and are then locked only until the commit)."""
-    moved = await orders.move(
-        conn,
-        order_ids,
-        expected=expected,
-        event=event,
-        now=now,
-        values={"cancelled_at": now, "cancel_reason": event.value},
-        due=stage_deadline(expected) if due_only else None,
-    )
+    values = {"cancelled_at": now, "cancel_reason": event.value}
+    moved = await _move(conn, order_ids, expected, event, now, values, due_only)
     if not moved:
         return moved
     ids = [r.id for r in moved]
@@ -142,6 +135,52 @@ PAID = Cancel(FORFEITED, _refund, _forfeit)
 cancel_unpaid = partial(cancel, how=UNPAID, expected=S.PENDING_PAYMENT)
 
 
+class Move(Protocol):
+    """A move with its effects, as people's actions and deadline timers make it: in the
+    caller's write transaction, the orders still in the status it expects move (with
+    ``due_only``, only those past the deadline of that status). Returns the orders moved and
+    the timers armed for their next stage (for the trigger, after the commit)."""
+
+    async def __call__(
+        self,
+        conn: AsyncConnection,
+        deps: Deps,
+        order_ids: Sequence[int],
+        *,
+        now: datetime,
+        event: OrderEvent,
+        actor: str,
+        due_only: bool,
+    ) -> tuple[list[Row[Any]], list[timers.Armed]]:
+        """Make the move; see the class."""
+
+
+async def cancel_unshipped(
+    conn: AsyncConnection,
+    deps: Deps,
+    order_ids: Sequence[int],
+    *,
+    now: datetime,
+    event: OrderEvent,
+    actor: str,
+    due_only: bool,
+) -> tuple[list[Row[Any]], list[timers.Armed]]:
+    """pending_shipment -> cancelled, as :func:`cancel` with :data:`PAID` (a refund in review,
+    what the orders held forfeited); no timer is armed."""
+    moved = await cancel(
+        conn,
+        deps,
+        order_ids,
+        how=PAID,
+        expected=S.PENDING_SHIPMENT,
+        now=now,
+        event=event,
+        actor=actor,
+        due_only=due_only,
+    )
+    return moved, []
+
+
 async def _tell_buyers(
     conn: AsyncConnection, deps: Deps, order_ids: Sequence[int], now: datetime
 ) -> None:
@@ -161,6 +200,23 @@ def stage_deadline(status: OrderStatus) -> Column[Any]:
     names = {f.stages[status].deadline for f in LIFECYCLES.values() if status in f.stages}
     (name,) = names
     return t_orders.c[name]
+
+
+async def _move(
+    conn: AsyncConnection,
+    order_ids: Sequence[int],
+    expected: OrderStatus,
+    event: OrderEvent,
+    now: datetime,
+    values: orders.Values,
+    due_only: bool,
+) -> list[Row[Any]]:
+    """The conditional UPDATE of a move (:func:`orders.move`); with ``due_only``, only of the
+    orders past the deadline of ``expected``."""
+    due = stage_deadline(expected) if due_only else None
+    return await orders.move(
+        conn, order_ids, expected=expected, event=event, now=now, values=values, due=due
+    )
 
 
 async def record_moves(
@@ -240,15 +296,7 @@ async def receive(
             changes["completed_at"] = now
         return changes
 
-    moved = await orders.move(
-        conn,
-        order_ids,
-        expected=S.SHIPPED,
-        event=event,
-        now=now,
-        values=values,
-        due=t_orders.c.receive_deadline if due_only else None,
-    )
+    moved = await _move(conn, order_ids, S.SHIPPED, event, now, values, due_only)
     ids = [r.id for r in moved]
     await timers.cancel_for_orders(conn, ids, now)
     new = []
@@ -273,17 +321,10 @@ async def complete(
     event: OrderEvent,
     actor: str,
     due_only: bool,
-) -> list[Row[Any]]:
-    """received -> completed; a default positive review for whoever has none."""
-    moved = await orders.move(
-        conn,
-        order_ids,
-        expected=S.RECEIVED,
-        event=event,
-        now=now,
-        values={"completed_at": now},
-        due=t_orders.c.review_deadline if due_only else None,
-    )
+) -> tuple[list[Row[Any]], list[timers.Armed]]:
+    """received -> completed; a default positive review for whoever has none. No timer is
+    armed: completed is final."""
+    moved = await _move(conn, order_ids, S.RECEIVED, event, now, {"completed_at": now}, due_only)
     ids = [r.id for r in moved]
     reviewed = await aftersale.reviewed_roles(conn, ids)
     defaults = [
@@ -302,13 +343,5 @@ async def complete(
     ]
     await aftersale.insert_reviews(conn, defaults)
     await timers.cancel_for_orders(conn, ids, now)
-    await orders.record_events(
-        conn,
-        ids,
-        event=event.value,
-        actor=actor,
-        now=now,
-        from_status=S.RECEIVED,
-        to_status=S.COMPLETED,
-    )
-    return moved
+    await record_moves(conn, moved, S.RECEIVED, event, actor=actor, now=now)
+    return moved, []

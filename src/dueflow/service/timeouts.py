@@ -197,21 +197,14 @@ async def _cancel_or_retry(
         await lifecycle.let_go(conn, deps, lifecycle.PAID, paid_moved, now)
 
 
-#: The move a deadline's timer makes (``due_only`` set): the orders it moved, and the timers
-#: it armed for their next stage.
-Move = Callable[
-    [AsyncConnection, Deps, list[int], datetime],
-    Awaitable[tuple[Sequence[Row[Any]], Sequence[timers.Armed]]],
-]
-
-
 @dataclass(frozen=True)
 class _Deadline:
-    """A deadline a timer enforces: the status its orders wait in, the move, the timers'
-    outcome."""
+    """A deadline a timer enforces: the status its orders wait in, the event and the move it
+    makes (only the orders past the deadline move), the timers' outcome."""
 
     expected: OrderStatus
-    move: Move
+    event: OrderEvent
+    move: lifecycle.Move
     done: str
 
 
@@ -220,48 +213,24 @@ async def _at_deadline(deps: Deps, batch: Sequence[Claimed], how: _Deadline) -> 
     tell the trigger about the timers of the next stage."""
     now = deps.clock.now()
     async with deps.db.write() as conn:
-        moved, armed = await how.move(conn, deps, [t.order_id for t in batch], now)
+        ids = [t.order_id for t in batch]
+        moved, armed = await how.move(
+            conn, deps, ids, now=now, event=how.event, actor="timer", due_only=True
+        )
         await _settle(conn, batch, {r.id for r in moved}, how.expected, how.done, now)
     await deps.arm(armed)
 
 
-async def _ship_timeout(
-    conn: AsyncConnection, deps: Deps, ids: list[int], now: datetime
-) -> tuple[Sequence[Row[Any]], Sequence[timers.Armed]]:
-    moved = await lifecycle.cancel(
-        conn,
-        deps,
-        ids,
-        how=lifecycle.PAID,
-        expected=S.PENDING_SHIPMENT,
-        now=now,
-        event=E.SHIP_TIMEOUT,
-        actor="timer",
-        due_only=True,
-    )
-    return moved, []
-
-
-async def _receive_timeout(
-    conn: AsyncConnection, deps: Deps, ids: list[int], now: datetime
-) -> tuple[Sequence[Row[Any]], Sequence[timers.Armed]]:
-    return await lifecycle.receive(
-        conn, deps, ids, now=now, event=E.RECEIVE_TIMEOUT, actor="timer", due_only=True
-    )
-
-
-async def _review_timeout(
-    conn: AsyncConnection, deps: Deps, ids: list[int], now: datetime
-) -> tuple[Sequence[Row[Any]], Sequence[timers.Armed]]:
-    moved = await lifecycle.complete(
-        conn, deps, ids, now=now, event=E.REVIEW_TIMEOUT, actor="timer", due_only=True
-    )
-    return moved, []
-
-
-SHIP_DEADLINE = _Deadline(S.PENDING_SHIPMENT, _ship_timeout, "cancelled, refund pending review")
-RECEIVE_DEADLINE = _Deadline(S.SHIPPED, _receive_timeout, "received")
-REVIEW_DEADLINE = _Deadline(S.RECEIVED, _review_timeout, "completed with default reviews")
+SHIP_DEADLINE = _Deadline(
+    S.PENDING_SHIPMENT,
+    E.SHIP_TIMEOUT,
+    lifecycle.cancel_unshipped,
+    "cancelled, refund pending review",
+)
+RECEIVE_DEADLINE = _Deadline(S.SHIPPED, E.RECEIVE_TIMEOUT, lifecycle.receive, "received")
+REVIEW_DEADLINE = _Deadline(
+    S.RECEIVED, E.REVIEW_TIMEOUT, lifecycle.complete, "completed with default reviews"
+)
 
 
 async def cancel_unshipped(deps: Deps, batch: Sequence[Claimed]) -> None:
