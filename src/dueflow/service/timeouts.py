@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Row
@@ -156,32 +157,17 @@ async def _cancel_or_retry(
                 await payment_service.record_mismatch_at_close(
                     conn, payment, detail=detail, now=now
                 )
-        moved = await lifecycle.cancel(
-            conn,
-            deps,
-            cancellable,
-            how=lifecycle.UNPAID,
-            expected=S.PENDING_PAYMENT,
-            now=now,
-            event=how.event,
-            actor="timer",
-            due_only=how.due_only,
-            holds_later=True,
+        # Both cancels let go of the holds last (below).
+        cancel = partial(
+            lifecycle.cancel, conn, deps, now=now, event=how.event, actor="timer", holds_later=True
+        )
+        moved = await cancel(
+            cancellable, how=lifecycle.UNPAID, expected=S.PENDING_PAYMENT, due_only=how.due_only
         )
         paid_moved: list[Row[Any]] = []
         if how.paid_too:
-            paid_moved = await lifecycle.cancel(
-                conn,
-                deps,
-                [oid for oid in order_ids if oid not in unknown],
-                how=lifecycle.PAID,
-                expected=S.PAID,
-                now=now,
-                event=how.event,
-                actor="timer",
-                due_only=False,
-                holds_later=True,
-            )
+            known = [oid for oid in order_ids if oid not in unknown]
+            paid_moved = await cancel(known, how=lifecycle.PAID, expected=S.PAID, due_only=False)
         settled = [t for t in batch if t.order_id not in unknown]
         await _settle(
             conn, settled, {r.id for r in [*moved, *paid_moved]}, S.PENDING_PAYMENT, how.done, now
