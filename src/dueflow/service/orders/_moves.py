@@ -169,23 +169,7 @@ async def cancel_by_seller(deps: Deps, *, order_id: int, user_id: int) -> None:
     Raises:
         NotFound, NotAllowed, InvalidTransition: as the names say.
     """
-    now = deps.clock.now()
-    async with deps.db.write() as conn:
-        order = await _own_order(conn, order_id, user_id, "seller")
-        flow_named(order.flow).next_status(OrderStatus(order.status), E.SELLER_CANCEL)
-        moved = await lifecycle.cancel(
-            conn,
-            deps,
-            [order_id],
-            how=lifecycle.PAID,
-            expected=S.PENDING_SHIPMENT,
-            now=now,
-            event=E.SELLER_CANCEL,
-            actor=f"user:{user_id}",
-            due_only=False,
-        )
-        if not moved:
-            raise _refuse(order, E.SELLER_CANCEL)
+    await _act(deps, order_id, user_id, "seller", E.SELLER_CANCEL, lifecycle.cancel_unshipped)
 
 
 async def confirm_receipt(deps: Deps, *, order_id: int, user_id: int) -> None:
@@ -195,21 +179,27 @@ async def confirm_receipt(deps: Deps, *, order_id: int, user_id: int) -> None:
         NotFound, NotAllowed, InvalidTransition: as the names say (NotYourRole, a NotAllowed,
             when the caller is the order's seller).
     """
+    await _act(deps, order_id, user_id, "buyer", E.CONFIRM_RECEIPT, lifecycle.receive)
+
+
+async def _act(
+    deps: Deps, order_id: int, user_id: int, role: str, event: OrderEvent, move: lifecycle.Move
+) -> None:
+    """The order's ``role`` makes the move of ``event`` in one transaction (``move`` does what
+    it implies); the timers it armed go to the trigger after the commit.
+
+    Raises:
+        NotFound, NotAllowed, InvalidTransition: as the names say.
+    """
     now = deps.clock.now()
     async with deps.db.write() as conn:
-        order = await _own_order(conn, order_id, user_id, "buyer")
-        flow_named(order.flow).next_status(OrderStatus(order.status), E.CONFIRM_RECEIPT)
-        moved, armed = await lifecycle.receive(
-            conn,
-            deps,
-            [order_id],
-            now=now,
-            event=E.CONFIRM_RECEIPT,
-            actor=f"user:{user_id}",
-            due_only=False,
+        order = await _own_order(conn, order_id, user_id, role)
+        flow_named(order.flow).next_status(OrderStatus(order.status), event)
+        moved, armed = await move(
+            conn, deps, [order_id], now=now, event=event, actor=f"user:{user_id}", due_only=False
         )
         if not moved:
-            raise _refuse(order, E.CONFIRM_RECEIPT)
+            raise _refuse(order, event)
     await deps.arm(armed)
 
 
@@ -263,13 +253,9 @@ async def review(deps: Deps, *, order_id: int, user_id: int, rating: int, commen
                 }
             ],
         )
+        actor = f"user:{user_id}"
         await orders.record_events(
-            conn,
-            [order_id],
-            event="review",
-            actor=f"user:{user_id}",
-            now=now,
-            detail=f"{role} rated {rating}",
+            conn, [order_id], event="review", actor=actor, now=now, detail=f"{role} rated {rating}"
         )
         if reviewed | {role} >= {"buyer", "seller"}:
             await lifecycle.complete(
@@ -278,7 +264,7 @@ async def review(deps: Deps, *, order_id: int, user_id: int, rating: int, commen
                 [order_id],
                 now=now,
                 event=E.REVIEWS_COMPLETE,
-                actor=f"user:{user_id}",
+                actor=actor,
                 due_only=False,
             )
     return role
