@@ -19,6 +19,7 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.payments.base import VerifiedPayment
+from dueflow.service import discrepancies
 from dueflow.service.deps import Deps
 from dueflow.store import orders, payments
 
@@ -74,20 +75,5 @@ async def record_late_payment(
         f"{attempt.provider} {attempt.pay_no} paid {attempt.amount}, already given back "
         f"{attempt.provider_refunded} by {attempt.provider} itself: the order is not moved"
     )
-    await payments.record_discrepancy(
-        conn,
-        kind="refunded_by_provider",
-        order_id=attempt.order_id,
-        payment_id=attempt.id,
-        detail=detail,
-        now=now,
-    )
-    await orders.record_events(
-        conn,
-        [attempt.order_id],
-        event="discrepancy",
-        actor=actor,
-        now=now,
-        detail=f"refunded_by_provider: {detail}",
-    )
+    await discrepancies.record(conn, attempt, "refunded_by_provider", detail, actor=actor, now=now)
     log.warning("DISCREPANCY refunded_by_provider: %s", detail)

@@ -26,7 +26,7 @@ from dueflow.locks import base as locks
 from dueflow.payments.base import (
     VerifiedPayment,
 )
-from dueflow.service import given_back
+from dueflow.service import discrepancies, given_back
 from dueflow.service.deps import Deps
 from dueflow.store import orders, payments, timers
 
@@ -227,14 +227,8 @@ async def _refund_late_payment(
     if not owed:
         returned = attempt.provider_refunded
         detail = f"{detail}; {attempt.provider} already gave back {returned}: no refund due"
-    order_id = attempt.order_id
-    await payments.record_discrepancy(
-        conn, kind=kind, order_id=order_id, payment_id=attempt.id, detail=detail, now=now
-    )
-    await orders.record_events(
-        conn, [order_id], event="discrepancy", actor=actor, now=now, detail=f"{kind}: {detail}"
-    )
-    where = {"order_id": order_id, "pay_no": attempt.pay_no}
+    await discrepancies.record(conn, attempt, kind, detail, actor=actor, now=now)
+    where = {"order_id": attempt.order_id, "pay_no": attempt.pay_no}
     if not owed:
         log.warning("DISCREPANCY %s: %s", kind, detail, extra=where)
         return
@@ -255,21 +249,8 @@ async def record_mismatch_at_close(
         return
     await payments.mark_paid(conn, attempt.id, provider_trade_no=payment.provider_trade_no, now=now)
     text = f"{attempt.provider} {attempt.pay_no}: {detail}"
-    await payments.record_discrepancy(
-        conn,
-        kind="amount_mismatch",
-        order_id=attempt.order_id,
-        payment_id=attempt.id,
-        detail=text,
-        now=now,
-    )
-    await orders.record_events(
-        conn,
-        [attempt.order_id],
-        event="discrepancy",
-        actor="close_or_query",
-        now=now,
-        detail=f"amount_mismatch: {text}",
+    await discrepancies.record(
+        conn, attempt, "amount_mismatch", text, actor="close_or_query", now=now
     )
     log.error(
         "DISCREPANCY amount_mismatch: %s; an operator settles the money",
