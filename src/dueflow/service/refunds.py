@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain import text
 from dueflow.domain.timers import TimerKind
@@ -196,14 +197,7 @@ async def _apply(deps: Deps, row: Row[Any], outcome: RefundOutcome) -> str:
                     kinds=[TimerKind.REFUND_CHECK],
                     reason="refunds final",
                 )
-            await orders.record_events(
-                conn,
-                [row.order_id],
-                event=f"refund_{to}",
-                actor=row.provider,
-                now=now,
-                detail=f"{row.refund_no} {outcome.reason}".strip(),
-            )
+            await _record_outcome(conn, row, to, outcome, now)
             state = to
         else:
             armed = await timers.schedule_again(
@@ -259,9 +253,7 @@ async def settle_offline(
     state (``settled_offline``).
 
     Raises:
-        InvalidInput: the reference is empty, over 200 characters or not one line of text.
-        NotFound: no such refund.
-        InvalidTransition: the refund is final, or the provider paid it back.
+        As :func:`reject` (InvalidInput: of the reference).
     """
     note = _note(reference, "reference")
     return await _close(deps, refund_id, to=REFUND_SETTLED_OFFLINE, detail=note, actor=actor)
@@ -354,11 +346,18 @@ async def _record_final(deps: Deps, row: Row[Any], to: str, outcome: RefundOutco
     now = deps.clock.now()
     async with deps.db.write() as conn:
         if await payments.move_refund(conn, row.id, expected=row.state, to=to, now=now):
-            await orders.record_events(
-                conn,
-                [row.order_id],
-                event=f"refund_{to}",
-                actor=row.provider,
-                now=now,
-                detail=f"{row.refund_no} {outcome.reason}".strip(),
-            )
+            await _record_outcome(conn, row, to, outcome, now)
+
+
+async def _record_outcome(
+    conn: AsyncConnection, row: Row[Any], to: str, outcome: RefundOutcome, now: datetime
+) -> None:
+    """The order event of the provider's final answer about a refund (now ``to``)."""
+    await orders.record_events(
+        conn,
+        [row.order_id],
+        event=f"refund_{to}",
+        actor=row.provider,
+        now=now,
+        detail=f"{row.refund_no} {outcome.reason}".strip(),
+    )
