@@ -7,7 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Row, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain import times
@@ -48,13 +48,22 @@ async def create_sku(
         sku_id = await shop.insert_sku(
             conn, seller_id=seller_id, title=title, price=amount, stock=stock, now=deps.clock.now()
         )
-        return await _sku_in(conn, sku_id)
+        return await _view_in(conn, skus, sku_id)
 
 
-async def _sku_in(conn: AsyncConnection, sku_id: int) -> dict[str, Any]:
-    row = await shop.get(conn, skus, sku_id)
+#: What a row of each table is called in a NotFound.
+_WHAT = {skus: "sku", flash_sales: "flash sale"}
+
+
+async def _view_in(conn: AsyncConnection, table: Table, row_id: int) -> dict[str, Any]:
+    """The SKU's or flash sale's row (``table``) as its view.
+
+    Raises:
+        NotFound: no such row.
+    """
+    row = await shop.get(conn, table, row_id)
     if row is None:
-        raise NotFound(f"no sku {sku_id}")
+        raise NotFound(f"no {_WHAT[table]} {row_id}")
     return dict(row._mapping)
 
 
@@ -65,7 +74,7 @@ async def sku_view(deps: Deps, sku_id: int) -> dict[str, Any]:
         NotFound: no such SKU.
     """
     async with deps.db.read() as conn:
-        return await _sku_in(conn, sku_id)
+        return await _view_in(conn, skus, sku_id)
 
 
 async def restock(deps: Deps, *, sku_id: int, user_id: int, quantity: int) -> dict[str, Any]:
@@ -84,7 +93,7 @@ async def restock(deps: Deps, *, sku_id: int, user_id: int, quantity: int) -> di
         if row.seller_id != user_id:
             raise NotAllowed(f"only the seller of sku {sku_id} may restock it")
         await shop.restock(conn, sku_id, quantity, deps.clock.now())
-        return await _sku_in(conn, sku_id)
+        return await _view_in(conn, skus, sku_id)
 
 
 async def create_template(
@@ -238,14 +247,7 @@ async def create_flash_sale(
             created_at=now,
             updated_at=now,
         )
-        return await _sale_in(conn, sale_id)
-
-
-async def _sale_in(conn: AsyncConnection, sale_id: int) -> dict[str, Any]:
-    row = await shop.get(conn, flash_sales, sale_id)
-    if row is None:
-        raise NotFound(f"no flash sale {sale_id}")
-    return dict(row._mapping)
+        return await _view_in(conn, flash_sales, sale_id)
 
 
 async def flash_sale_view(deps: Deps, sale_id: int) -> dict[str, Any]:
@@ -255,4 +257,4 @@ async def flash_sale_view(deps: Deps, sale_id: int) -> dict[str, Any]:
         NotFound: no such flash sale.
     """
     async with deps.db.read() as conn:
-        return await _sale_in(conn, sale_id)
+        return await _view_in(conn, flash_sales, sale_id)
