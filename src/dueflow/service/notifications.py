@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -39,6 +39,32 @@ log = logging.getLogger(__name__)
 
 #: The largest notification body kept and judged; a larger one is refused.
 MAX_BODY = 64 * 1024
+
+
+class _Refusal(NamedTuple):
+    """How a notification that raised ``error`` is judged: the level and the words of its log
+    line, the verdict's outcome (the provider hears "fail" and retries)."""
+
+    error: type[DueflowError]
+    level: int
+    said: str
+    outcome: str
+
+
+#: The refusals, the first one whose error a notification raised deciding.
+_REFUSALS = (
+    # The database refused what applying it wrote: our trouble, not a forged notification.
+    _Refusal(Conflict, logging.ERROR, "not applied", "error"),
+    _Refusal(UnstorableValue, logging.ERROR, "not applied", "error"),
+    _Refusal(NotificationRejected, logging.WARNING, "rejected", "rejected"),
+    _Refusal(DomainError, logging.WARNING, "rejected", "rejected"),
+    # The order stayed locked for the whole wait (a slow close at the provider): nothing is
+    # wrong here, the provider's retry is applied.
+    _Refusal(Busy, logging.WARNING, "not applied yet", "busy"),
+    _Refusal(BackendError, logging.ERROR, "not applied", "error"),
+    _Refusal(ProviderError, logging.ERROR, "not applied", "error"),
+)
+_REFUSED = tuple(refusal.error for refusal in _REFUSALS)
 
 
 @dataclass(frozen=True)
@@ -80,28 +106,18 @@ async def receive(
         # about 2 µs here, about 1 % of a notification's CPU; a hand-off to a thread costs more.
         note = deps.providers.get(provider_name).verify_notification(body, headers, now)
         outcome = await _apply(deps, provider_name, note, inbox_id)
-    except (Conflict, UnstorableValue) as exc:
-        # The database refused what applying it wrote: our trouble, not a forged notification.
-        log.error("%s notification %s not applied: %s", provider_name, inbox_id, exc.message)
-        return await _judged(
-            deps, provider_name, inbox_id, note, accepted=False, outcome="error", error=exc
+    except _REFUSED as exc:
+        refusal = next(r for r in _REFUSALS if isinstance(exc, r.error))
+        log.log(
+            refusal.level,
+            "%s notification %s %s: %s",
+            provider_name,
+            inbox_id,
+            refusal.said,
+            exc.message,
         )
-    except (NotificationRejected, DomainError) as exc:
-        log.warning("%s notification %s rejected: %s", provider_name, inbox_id, exc.message)
         return await _judged(
-            deps, provider_name, inbox_id, note, accepted=False, outcome="rejected", error=exc
-        )
-    except Busy as exc:
-        # The order stayed locked for the whole wait (a slow close at the provider): nothing
-        # is wrong here, the provider's retry is applied.
-        log.warning("%s notification %s not applied yet: %s", provider_name, inbox_id, exc.message)
-        return await _judged(
-            deps, provider_name, inbox_id, note, accepted=False, outcome="busy", error=exc
-        )
-    except (BackendError, ProviderError) as exc:
-        log.error("%s notification %s not applied: %s", provider_name, inbox_id, exc.message)
-        return await _judged(
-            deps, provider_name, inbox_id, note, accepted=False, outcome="error", error=exc
+            deps, provider_name, inbox_id, note, accepted=False, outcome=refusal.outcome, error=exc
         )
     except Exception as exc:
         # A bug (or input nothing above foresaw) still gets its verdict: the row never stays
