@@ -167,18 +167,7 @@ async def cancels_not_notified(conn: AsyncConnection, dead: list[str]) -> list[i
     cancel) and at most one reminder row (its sending). The unique keys forbid two of either:
     this checks they are there."""
     kind = TimerKind.ORDER_CLOSED.value
-    per_timer = (
-        select(t_timers.c.order_id, func.count().label("n"))
-        .where(t_timers.c.kind == kind)
-        .group_by(t_timers.c.order_id)
-        .subquery()
-    )
-    per_row = (
-        select(reminders.c.order_id, func.count().label("n"))
-        .where(reminders.c.kind == kind)
-        .group_by(reminders.c.order_id)
-        .subquery()
-    )
+    per_timer, per_row = _per_order(t_timers, kind), _per_order(reminders, kind)
     query = (
         select(t_orders.c.id)
         .outerjoin(per_timer, per_timer.c.order_id == t_orders.c.id)
@@ -190,3 +179,13 @@ async def cancels_not_notified(conn: AsyncConnection, dead: list[str]) -> list[i
         .order_by(t_orders.c.id)
     )
     return await _ids(conn, query)
+
+
+def _per_order(table: Table, kind: str) -> Any:
+    """How many rows of ``kind`` in ``table`` each order has (``n``, per ``order_id``)."""
+    return (
+        select(table.c.order_id, func.count().label("n"))
+        .where(table.c.kind == kind)
+        .group_by(table.c.order_id)
+        .subquery()
+    )
