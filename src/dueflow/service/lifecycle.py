@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, Unpack
 
 from sqlalchemy import Column, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -135,49 +135,34 @@ PAID = Cancel(FORFEITED, _refund, _forfeit)
 cancel_unpaid = partial(cancel, how=UNPAID, expected=S.PENDING_PAYMENT)
 
 
+class Why(TypedDict):
+    """What makes a move: when, the event, who (the timeline's actor), and whether only the
+    orders past the deadline of their status move (a timer's) or every one (a person's)."""
+
+    now: datetime
+    event: OrderEvent
+    actor: str
+    due_only: bool
+
+
 class Move(Protocol):
     """A move with its effects, as people's actions and deadline timers make it: in the
-    caller's write transaction, the orders still in the status it expects move (with
-    ``due_only``, only those past the deadline of that status). Returns the orders moved and
-    the timers armed for their next stage (for the trigger, after the commit)."""
+    caller's write transaction, the orders still in the status it expects move. Returns the
+    orders moved and the timers armed for their next stage (for the trigger, after the
+    commit)."""
 
     async def __call__(
-        self,
-        conn: AsyncConnection,
-        deps: Deps,
-        order_ids: Sequence[int],
-        *,
-        now: datetime,
-        event: OrderEvent,
-        actor: str,
-        due_only: bool,
+        self, conn: AsyncConnection, deps: Deps, order_ids: Sequence[int], **why: Unpack[Why]
     ) -> tuple[list[Row[Any]], list[timers.Armed]]:
         """Make the move; see the class."""
 
 
 async def cancel_unshipped(
-    conn: AsyncConnection,
-    deps: Deps,
-    order_ids: Sequence[int],
-    *,
-    now: datetime,
-    event: OrderEvent,
-    actor: str,
-    due_only: bool,
+    conn: AsyncConnection, deps: Deps, order_ids: Sequence[int], **why: Unpack[Why]
 ) -> tuple[list[Row[Any]], list[timers.Armed]]:
     """pending_shipment -> cancelled, as :func:`cancel` with :data:`PAID` (a refund in review,
     what the orders held forfeited); no timer is armed."""
-    moved = await cancel(
-        conn,
-        deps,
-        order_ids,
-        how=PAID,
-        expected=S.PENDING_SHIPMENT,
-        now=now,
-        event=event,
-        actor=actor,
-        due_only=due_only,
-    )
+    moved = await cancel(conn, deps, order_ids, how=PAID, expected=S.PENDING_SHIPMENT, **why)
     return moved, []
 
 
