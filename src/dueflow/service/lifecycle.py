@@ -258,17 +258,11 @@ async def _released(
 
 
 async def receive(
-    conn: AsyncConnection,
-    deps: Deps,
-    order_ids: Sequence[int],
-    *,
-    now: datetime,
-    event: OrderEvent,
-    actor: str,
-    due_only: bool,
+    conn: AsyncConnection, deps: Deps, order_ids: Sequence[int], **why: Unpack[Why]
 ) -> tuple[list[Row[Any]], list[timers.Armed]]:
     """shipped -> where each flow goes at receipt: received (the review deadline and its
     auto_review timer) or completed."""
+    now, event, actor, due_only = why["now"], why["event"], why["actor"], why["due_only"]
 
     def values(flow_name: str, order_type: str) -> dict[str, Any]:
         to = flow_named(flow_name).moves[(S.SHIPPED, event)]
@@ -298,17 +292,11 @@ async def receive(
 
 
 async def complete(
-    conn: AsyncConnection,
-    deps: Deps,
-    order_ids: Sequence[int],
-    *,
-    now: datetime,
-    event: OrderEvent,
-    actor: str,
-    due_only: bool,
+    conn: AsyncConnection, deps: Deps, order_ids: Sequence[int], **why: Unpack[Why]
 ) -> tuple[list[Row[Any]], list[timers.Armed]]:
     """received -> completed; a default positive review for whoever has none. No timer is
     armed: completed is final."""
+    now, event, actor, due_only = why["now"], why["event"], why["actor"], why["due_only"]
     moved = await _move(conn, order_ids, S.RECEIVED, event, now, {"completed_at": now}, due_only)
     ids = [r.id for r in moved]
     reviewed = await aftersale.reviewed_roles(conn, ids)
