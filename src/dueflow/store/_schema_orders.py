@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 
 from dueflow.store._schema_base import table_with_id, timestamps
-from dueflow.store.types import Id, Money, UTCDateTime
+from dueflow.store.types import ExactText, Id, Money, UTCDateTime
 
 users = table_with_id(
     "users",
@@ -14,6 +14,10 @@ users = table_with_id(
     Column("token_hash", String(64), nullable=False, unique=True),
     Column("is_admin", Boolean, nullable=False, default=False),
     Column("created_at", UTCDateTime, nullable=False),
+    # A host application's own id for the user a service key acts for (Dueflow-Act-As), and
+    # the name it gave; NULL for users made by `dueflow users add`.
+    Column("external_id", ExactText, nullable=True, unique=True),
+    Column("display_name", String(255), nullable=True),
 )
 
 goods = table_with_id(

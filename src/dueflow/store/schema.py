@@ -9,12 +9,14 @@ here, so callers keep ``schema.orders``, ``schema.timers``, ...:
 - ``_schema_payments``: payments, refunds, discrepancies, notifications
 - ``_schema_timers``: timers, reminders
 - ``_schema_events``: order_events, event_sequence, event_deliveries
+- ``_schema_keys``: api_keys
 """
 
 from __future__ import annotations
 
 from dueflow.store._schema_base import metadata
 from dueflow.store._schema_events import event_deliveries, event_sequence, order_events
+from dueflow.store._schema_keys import api_keys
 from dueflow.store._schema_orders import (
     goods,
     idempotency_keys,
@@ -33,6 +35,7 @@ __all__ = [
     "LIVE_TIMERS",
     "PARKED_TIMERS",
     "Id",
+    "api_keys",
     "coupon_templates",
     "coupons",
     "discrepancies",

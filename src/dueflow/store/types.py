@@ -98,3 +98,11 @@ def fit(column: Column[Any], text: str | None) -> str | None:
     if len(text) * 4 <= TEXT_BYTES:  # no UTF-8 character is longer than 4 bytes
         return text
     return text.encode("utf-8")[:TEXT_BYTES].decode("utf-8", errors="ignore")
+
+
+#: Text of at most 255 characters compared byte for byte everywhere: MySQL's and MariaDB's usual
+#: collations fold case (and accents), so ``abc`` and ``ABC`` would be one host's one user there
+#: (a host's ids are its own and case matters in them).
+ExactText = String(255).with_variant(
+    mysql.VARCHAR(255, collation="utf8mb4_bin"), "mysql", "mariadb"
+)

@@ -54,3 +54,40 @@ async def set_token_hash(conn: AsyncConnection, user_id: int, token_hash: str) -
         update(users).where(users.c.id == user_id).values(token_hash=token_hash)
     )
     return int(result.rowcount)
+
+
+async def insert_external(
+    conn: AsyncConnection,
+    *,
+    name: str,
+    token_hash: str,
+    external_id: str,
+    display_name: str | None,
+    now: datetime,
+) -> int:
+    """Add the user a host names ``external_id``; returns its id."""
+    result = await conn.execute(
+        insert(users).values(
+            name=name,
+            token_hash=token_hash,
+            is_admin=False,
+            external_id=external_id,
+            display_name=display_name,
+            created_at=now,
+        )
+    )
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+async def by_external_id(conn: AsyncConnection, external_id: str) -> Row[Any] | None:
+    """The user a host names ``external_id``."""
+    result = await conn.execute(select(users).where(users.c.external_id == external_id))
+    return result.first()
+
+
+async def set_display_name(conn: AsyncConnection, user_id: int, display_name: str) -> int:
+    """Rename the user as its host now names it."""
+    result = await conn.execute(
+        update(users).where(users.c.id == user_id).values(display_name=display_name)
+    )
+    return int(result.rowcount)
