@@ -13,6 +13,10 @@ The tree::
     │   ├── NotFound                 no such user, goods, order or payment
     │   ├── NotAllowed               the caller may not do this (not your order, own goods)
     │   │   └── NotYourRole          the order's other party does this (a buyer shipping)
+    │   ├── Unauthenticated          no credential, or one unknown, revoked or expired
+    │   ├── MissingScope             a service key without the scope the route needs
+    │   ├── ActAsRequired            a service key acting for nobody on a route for a user
+    │   ├── ActAsNotAllowed          a personal token asking to act for someone
     │   ├── InvalidTransition        the order's status does not allow this event
     │   ├── GoodsUnavailable         the goods are held by another order, sold or off sale
     │   │   └── SeatUnavailable      a seat is held by another order or sold
@@ -104,6 +108,35 @@ class NotYourRole(NotAllowed):
     """The order is yours, but this is for its other party to do."""
 
     code = "not_your_role"
+
+
+class Unauthenticated(DomainError):
+    """A bearer token or a service key is required."""
+
+    code = "unauthorized"
+
+
+class MissingScope(DomainError):
+    """The service key lacks the scope this route needs."""
+
+    code = "missing_scope"
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+        super().__init__(f"the service key lacks the scope {scope!r}")
+
+
+class ActAsRequired(DomainError):
+    """This route acts for a user: a service key names one with the Dueflow-Act-As header."""
+
+    code = "act_as_required"
+
+
+class ActAsNotAllowed(DomainError):
+    """Only a service key may act for a user (Dueflow-Act-As); a personal token acts for its
+    own user."""
+
+    code = "act_as_not_allowed"
 
 
 class InvalidTransition(DomainError):

@@ -29,6 +29,7 @@ from dueflow.exceptions import (
     SalesClosed,
     SeatUnavailable,
 )
+from dueflow.service import actors
 from dueflow.service import orders as order_service
 from dueflow.service.deps import Deps
 from dueflow.store import holds, idempotency, orders, shows, timers, users
@@ -367,7 +368,7 @@ async def cancel_show(deps: Deps, *, show_id: int, user_id: int) -> int:
             conn,
             live,
             event="show_cancelled",
-            actor=f"user:{user_id}",
+            actor=actors.user(user_id),
             now=now,
             detail=f"show {show_id} cancelled by its organizer",
         )

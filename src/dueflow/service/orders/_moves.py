@@ -21,7 +21,7 @@ from dueflow.exceptions import (
 )
 from dueflow.locks import base as locks
 from dueflow.payments.base import CloseResult
-from dueflow.service import lifecycle
+from dueflow.service import actors, lifecycle
 from dueflow.service import payments as payment_service
 from dueflow.service.deps import Deps
 from dueflow.store import (
@@ -94,7 +94,7 @@ async def _cancel_unpaid_by_buyer(deps: Deps, order_id: int, user_id: int) -> No
             [order_id],
             now=now,
             event=E.BUYER_CANCEL,
-            actor=f"user:{user_id}",
+            actor=actors.user(user_id),
             due_only=False,
         )
         if not moved:
@@ -145,7 +145,7 @@ async def ship(deps: Deps, *, order_id: int, user_id: int, carrier: str, trackin
             conn,
             [order_id],
             event=E.SHIP.value,
-            actor=f"user:{user_id}",
+            actor=actors.user(user_id),
             now=now,
             from_status=S.PENDING_SHIPMENT,
             to_status=S.SHIPPED,
@@ -196,7 +196,7 @@ async def _act(
         order = await _own_order(conn, order_id, user_id, role)
         flow_named(order.flow).next_status(OrderStatus(order.status), event)
         moved, armed = await move(
-            conn, deps, [order_id], now=now, event=event, actor=f"user:{user_id}", due_only=False
+            conn, deps, [order_id], now=now, event=event, actor=actors.user(user_id), due_only=False
         )
         if not moved:
             raise _refuse(order, event)
@@ -253,7 +253,7 @@ async def review(deps: Deps, *, order_id: int, user_id: int, rating: int, commen
                 }
             ],
         )
-        actor = f"user:{user_id}"
+        actor = actors.user(user_id)
         await orders.record_events(
             conn, [order_id], event="review", actor=actor, now=now, detail=f"{role} rated {rating}"
         )

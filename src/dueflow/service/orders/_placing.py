@@ -19,6 +19,7 @@ from dueflow.exceptions import (
     NotFound,
 )
 from dueflow.locks import base as locks
+from dueflow.service import actors
 from dueflow.service.deps import Deps
 from dueflow.store import (
     goods,
@@ -194,7 +195,7 @@ async def finish_placing(
         conn,
         order_id,
         event="place",
-        actor=f"user:{order['buyer_id']}",
+        actor=actors.user(order["buyer_id"]),
         now=now,
         to_status=S.PENDING_PAYMENT,
         detail=detail,

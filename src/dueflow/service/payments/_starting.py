@@ -26,6 +26,7 @@ from dueflow.payments.base import (
     Attempt,
     StartAnswer,
 )
+from dueflow.service import actors
 from dueflow.service.deps import Deps
 from dueflow.service.payments._confirm import MANUAL, new_pay_no
 from dueflow.store import holds, orders, payments, shows
@@ -136,7 +137,7 @@ async def _new_attempt(
             conn,
             [order_id],
             event="payment_started",
-            actor=f"user:{user_id}",
+            actor=actors.user(user_id),
             now=now,
             detail=f"{provider} {attempt.pay_no}",
         )
