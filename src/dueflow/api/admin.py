@@ -130,7 +130,7 @@ def router(deps: Deps) -> APIRouter:
     async def run_now(timer_id: Id, request: Request) -> JSONResponse:
         """Make a waiting, stuck or parked timer due now (409 when a worker holds it or it is
         over)."""
-        actor = f"user:{auth.caller(request).id}"
+        actor = auth.actor(request)
         return answer(await operations.run_timer_now(deps, timer_id, actor=actor))
 
     @routes.get("/summary", response_model=Summary)

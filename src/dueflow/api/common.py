@@ -8,7 +8,7 @@ orjson: money stays exact decimal text and datetimes keep their ``+00:00``."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -25,21 +25,27 @@ Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=1000, description="at most this many rows")]
 
 
+#: What :func:`~dueflow.api.auth.current_user` and ``current_admin`` may answer themselves.
+GUARD_STATUSES = (400, 401, 403, 422)
+
+
 def resource(
     prefix: str,
-    guard: Callable[..., Awaitable[Any]],
+    guard: Callable[..., Any],
     statuses: Sequence[int],
     tag: str | None = None,
 ) -> APIRouter:
     """The router of a resource: its routes under ``prefix``, each behind ``guard`` (who may
-    call: :func:`~dueflow.api.auth.current_user` or ``current_admin``), documented with the
+    call: :func:`~dueflow.api.auth.current_user` with its scope, or ``current_admin``), documented with the
     error answers of ``statuses`` (:func:`~dueflow.api.schemas.errors`), grouped under ``tag``
     in the OpenAPI document."""
     return APIRouter(
         prefix=prefix,
         tags=[tag] if tag else None,
         dependencies=[Depends(guard)],
-        responses=errors(*statuses),
+        # Every guarded route may refuse a key acting for nobody (400), a credential (401), a
+        # scope (403) and a malformed Dueflow-Act-As (422).
+        responses=errors(*sorted({*statuses, *GUARD_STATUSES})),
     )
 
 

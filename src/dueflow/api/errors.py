@@ -44,6 +44,10 @@ STATUS: dict[type[errors.DueflowError], int] = {
     errors.NotFound: 404,
     errors.NotAllowed: 403,
     errors.NotYourRole: 403,
+    errors.Unauthenticated: 401,
+    errors.MissingScope: 403,
+    errors.ActAsRequired: 400,
+    errors.ActAsNotAllowed: 403,
     errors.InvalidTransition: 409,
     errors.GoodsUnavailable: 409,
     errors.SeatLimitExceeded: 409,
@@ -128,7 +132,8 @@ async def dueflow_error(request: Request, exc: Exception) -> JSONResponse:
             status,
             exc.message,
         )
-    return JSONResponse(error_body(exc.code, message), status)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(error_body(exc.code, message), status, headers=headers)
 
 
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:

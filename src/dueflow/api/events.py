@@ -84,7 +84,9 @@ After = Annotated[
 
 def router(deps: Deps) -> APIRouter:
     """The feed's route over ``deps``."""
-    routes = resource("/api/events", auth.current_user(deps), [401, 413, 422, 503], tag="events")
+    routes = resource(
+        "/api/events", auth.current_user(deps, "events"), [401, 413, 422, 503], tag="events"
+    )
 
     @routes.get("", response_model=EventPage)
     async def feed(

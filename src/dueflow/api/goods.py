@@ -42,7 +42,9 @@ class GoodsView(View):
 
 def router(deps: Deps) -> APIRouter:
     """The ``/api/goods`` routes over ``deps``."""
-    routes = resource("/api/goods", auth.current_user(deps), [401, 413, 422, 503], tag="goods")
+    routes = resource(
+        "/api/goods", auth.current_user(deps, "catalog"), [401, 413, 422, 503], tag="goods"
+    )
 
     @routes.post("", status_code=201, response_model=GoodsView, responses=errors(400))
     async def add_goods(body: NewGoods, request: Request) -> JSONResponse:

@@ -89,8 +89,10 @@ def _page(page: lists.Page) -> JSONResponse:
 
 
 def router(deps: Deps) -> APIRouter:
-    """The list routes over ``deps``; every one needs a user's bearer token."""
-    api = resource("/api", auth.current_user(deps), [401, 413, 503])
+    """The list routes over ``deps``; every one is for a user: goods need the ``catalog`` scope,
+    orders and the caller the ``orders`` scope."""
+    api = resource("/api", auth.current_user(deps, "catalog"), [401, 413, 503])
+    own = resource("/api", auth.current_user(deps, "orders"), [401, 413, 503])
 
     @api.get("/goods", tags=["goods"], response_model=GoodsPage, responses=errors(422))
     async def list_goods(
@@ -106,7 +108,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return _page(page)
 
-    @api.get("/orders", tags=["orders"], response_model=OrderPage, responses=errors(422))
+    @own.get("/orders", tags=["orders"], response_model=OrderPage, responses=errors(422))
     async def list_orders(
         request: Request,
         role: Literal["buyer", "seller"] = "buyer",
@@ -128,9 +130,12 @@ def router(deps: Deps) -> APIRouter:
         )
         return _page(page)
 
-    @api.get("/me", tags=["users"], response_model=MeView)
+    @own.get("/me", tags=["users"], response_model=MeView)
     async def me(request: Request) -> JSONResponse:
         """The caller: id, name, admin flag, and their orders counted as buyer and as seller."""
         return answer(await lists.me(deps, auth.caller(request)))
 
-    return api
+    both = APIRouter()
+    both.include_router(api)
+    both.include_router(own)
+    return both

@@ -177,7 +177,14 @@ async def _place(deps: Deps, user: User, body: NewOrder, key: replays.Key | None
 def router(deps: Deps) -> APIRouter:
     """The ``/api/orders`` routes over ``deps``."""
     routes = resource(
-        "/api/orders", auth.current_user(deps), [401, 404, 413, 422, 503], tag="orders"
+        "/api/orders", auth.current_user(deps, "orders"), [401, 404, 413, 422, 503], tag="orders"
+    )
+    # Starting a payment is the one order route of the ``payments`` scope.
+    paying = resource(
+        "/api/orders",
+        auth.current_user(deps, "payments"),
+        [401, 404, 413, 422, 503],
+        tag="orders",
     )
 
     @routes.post("", status_code=201, response_model=OrderView, responses=errors(400, 403, 409))
@@ -234,7 +241,7 @@ def router(deps: Deps) -> APIRouter:
             raise NotAllowed(f"order {order_id} is not yours")
         return answer(for_parties(view))
 
-    @routes.post(
+    @paying.post(
         "/{order_id}/payments",
         status_code=201,
         response_model=PaymentStarted,
@@ -293,4 +300,7 @@ def router(deps: Deps) -> APIRouter:
         view = for_parties(await orders.order_view(deps, order_id))
         return answer({"role": role, "order": view}, 201)
 
-    return routes
+    both = APIRouter()
+    both.include_router(routes)
+    both.include_router(paying)
+    return both

@@ -56,9 +56,6 @@ def router(deps: Deps) -> APIRouter:
         "/api/admin/refunds", auth.current_admin(deps), [401, 403, 413, 503], tag="admin"
     )
 
-    def actor(request: Request) -> str:
-        return f"user:{auth.caller(request).id}"
-
     def answered(refund_id: int, now: str) -> JSONResponse:
         return answer({"id": refund_id, "state": now})
 
@@ -76,17 +73,19 @@ def router(deps: Deps) -> APIRouter:
     @api.post("/{refund_id}/approve", response_model=RefundState, responses=moved)
     async def approve(refund_id: Id, request: Request) -> JSONResponse:
         """Submit a refund in review to its provider."""
-        return answered(refund_id, await refunds.approve(deps, refund_id, actor=actor(request)))
+        return answered(
+            refund_id, await refunds.approve(deps, refund_id, actor=auth.actor(request))
+        )
 
     @api.post("/{refund_id}/retry", response_model=RefundState, responses=moved)
     async def retry(refund_id: Id, request: Request) -> JSONResponse:
         """Submit a failed refund again, with the same refund number."""
-        return answered(refund_id, await refunds.retry(deps, refund_id, actor=actor(request)))
+        return answered(refund_id, await refunds.retry(deps, refund_id, actor=auth.actor(request)))
 
     @api.post("/{refund_id}/reject", response_model=RefundState, responses=noted)
     async def reject(refund_id: Id, body: Rejection, request: Request) -> JSONResponse:
         """Reject a refund in review or failed, with a reason: no money goes back (final)."""
-        done = await refunds.reject(deps, refund_id, reason=body.reason, actor=actor(request))
+        done = await refunds.reject(deps, refund_id, reason=body.reason, actor=auth.actor(request))
         return answered(refund_id, done)
 
     @api.post("/{refund_id}/settle-offline", response_model=RefundState, responses=noted)
@@ -96,7 +95,7 @@ def router(deps: Deps) -> APIRouter:
         """Record a refund in review or failed as paid back outside dueflow, with a reference
         such as a bank transfer's number (final)."""
         done = await refunds.settle_offline(
-            deps, refund_id, reference=body.reference, actor=actor(request)
+            deps, refund_id, reference=body.reference, actor=auth.actor(request)
         )
         return answered(refund_id, done)
 

@@ -259,9 +259,12 @@ class OrderView(OrderListItem):
 
 #: The statuses errors are answered with, and what each means.
 ERROR_MEANING = {
-    400: "The body is not JSON, or the request was refused",
-    401: "No bearer token, or one nobody holds",
-    403: "The caller may not do this (`not_your_role`: the order's other party does this)",
+    400: "The body is not JSON, or the request was refused (`act_as_required`: a service key "
+    "acting for nobody on a route for a user)",
+    401: "No bearer token or service key, or one nobody holds, revoked or expired",
+    403: "The caller may not do this (`not_your_role`: the order's other party does this; "
+    "`missing_scope`: a service key without the route's scope; `act_as_not_allowed`: a personal "
+    "token sending Dueflow-Act-As)",
     404: "No such thing (someone else's order looks missing too)",
     409: "Conflict with the current state (held, sold, busy, wrong status)",
     413: "The body is over the size limit",

@@ -146,7 +146,9 @@ class CouponList(View):
 
 def router(deps: Deps) -> APIRouter:
     """The shop routes over ``deps``."""
-    api = resource("/api", auth.current_user(deps), [401, 404, 413, 422, 503], tag="shop")
+    api = resource(
+        "/api", auth.current_user(deps, "catalog"), [401, 404, 413, 422, 503], tag="shop"
+    )
 
     async def created(
         create: Callable[..., Awaitable[dict[str, Any]]], body: Body, request: Request

@@ -167,7 +167,9 @@ def seats_of(body: NewShow) -> list[seating.SeatSpec]:
 
 def router(deps: Deps) -> APIRouter:
     """The ``/api/shows`` routes over ``deps``."""
-    api = resource("/api/shows", auth.current_user(deps), [401, 404, 413, 422, 503], tag="shows")
+    api = resource(
+        "/api/shows", auth.current_user(deps, "catalog"), [401, 404, 413, 422, 503], tag="shows"
+    )
 
     @api.post("", status_code=201, response_model=ShowView, responses=errors(400))
     async def add_show(body: NewShow, request: Request) -> JSONResponse:
