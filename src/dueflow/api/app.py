@@ -18,6 +18,7 @@ from dueflow.api import (
     errors,
     events,
     goods,
+    keys,
     lists,
     notify,
     orders,
@@ -47,6 +48,7 @@ def create_app(
     app.include_router(admin.router(deps))
     app.include_router(lists.router(deps))
     app.include_router(refunds.router(deps))
+    app.include_router(keys.router(deps))
     app.include_router(shows.router(deps))
     app.include_router(shop.router(deps))
     app.include_router(events.router(deps))

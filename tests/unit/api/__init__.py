@@ -14,7 +14,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from dueflow.api import admin, errors, events, goods, lists, orders, refunds, shop, shows
+from dueflow.api import admin, errors, events, goods, keys, lists, orders, refunds, shop, shows
 from dueflow.payments.base import (
     Attempt,
     CloseOutcome,
@@ -28,6 +28,7 @@ from dueflow.payments.base import (
 )
 from dueflow.payments.manual import ManualProvider
 from dueflow.service import accounts
+from dueflow.service import keys as service_keys
 from dueflow.service import payments as payment_service
 from dueflow.service.deps import Deps
 from dueflow.store import schema
@@ -62,9 +63,41 @@ class Api:
     provider: FakePay
     tokens: dict[str, str] = field(default_factory=dict)
     ids: dict[str, int] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
 
     def auth(self, who: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[who]}"} if who else {}
+
+    async def service_key(self, *scopes: str) -> str:
+        """The secret of a service key with ``scopes`` (one per set of scopes, made on first
+        use by the CLI's hand)."""
+        label = " ".join(sorted(scopes))
+        if label not in self.secrets:
+            _, self.secrets[label] = await service_keys.add_key(
+                self.deps, name=f"test {label}", scopes=scopes, expires_at=None, by="cli"
+            )
+        return self.secrets[label]
+
+    async def host_id(self, who: str) -> str:
+        """The host's id of the user ``who`` (``host-<who>``), given to that user on first use,
+        so that a key acting for it acts for the same user as ``who``'s token."""
+        external_id = f"host-{who}"
+        async with self.deps.db.write() as conn:
+            await conn.execute(
+                update(schema.users)
+                .where(schema.users.c.id == self.ids[who])
+                .values(external_id=external_id)
+            )
+        return external_id
+
+    async def as_key(self, scope: str, who: str | None, name: str | None = None) -> dict[str, str]:
+        """Headers of a service key with ``scope`` acting for ``who`` (nobody when None)."""
+        headers = {"Authorization": f"Bearer {await self.service_key(scope)}"}
+        if who is not None:
+            headers["Dueflow-Act-As"] = await self.host_id(who)
+        if name is not None:
+            headers["Dueflow-Act-As-Name"] = name
+        return headers
 
     async def call(self, method: str, url: str, who: str | None, **kwargs: Any) -> httpx.Response:
         headers = {**self.auth(who), **kwargs.pop("headers", {})}
@@ -241,6 +274,7 @@ def build_app(deps: Deps) -> FastAPI:
     app.include_router(lists.router(deps))
     app.include_router(events.router(deps))
     app.include_router(refunds.router(deps))
+    app.include_router(keys.router(deps))
     app.include_router(shows.router(deps))
     app.include_router(shop.router(deps))
     return app

@@ -3,6 +3,7 @@ an admin; and bad input refused with 4xx without changing a row."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -70,6 +71,15 @@ async def template_body(api: Api, _: int) -> dict[str, Any]:
 
 async def issue_body(api: Api, _: int) -> dict[str, Any]:
     return {"user_id": api.ids["buyer"]}
+
+
+async def new_key(api: Api) -> int:
+    """A service key made by the admin, for the key routes to act on."""
+    answer = await api.call(
+        "POST", "/api/admin/keys", "admin", json={"name": "spare", "scopes": ["catalog"]}
+    )
+    assert answer.status_code == 201, answer.text
+    return int(answer.json()["id"])
 
 
 async def flash_sale_body(api: Api, sku_id: int) -> dict[str, Any]:
@@ -289,23 +299,72 @@ ROUTES = {
     # The feed answers every user: all events for an admin, one's own orders' otherwise
     # (test_event_feed.py says what each sees).
     "events feed": Route("GET", "/api/events", ANY_USER_GET, setup=Api.order),
+    # Service keys: an admin's, or a key's with the admin scope.
+    "add key": Route(
+        "POST",
+        "/api/admin/keys",
+        {**ADMIN_ONLY_GET, "admin": 201},
+        body={"name": "shop back end", "scopes": ["orders", "payments"]},
+    ),
+    "list keys": Route("GET", "/api/admin/keys", ADMIN_ONLY_GET, setup=new_key),
+    "get key": Route("GET", "/api/admin/keys/{id}", ADMIN_ONLY_GET, setup=new_key),
+    "rotate key": Route(
+        "POST", "/api/admin/keys/{id}/rotate", {**ADMIN_ONLY_GET, "admin": 201}, setup=new_key
+    ),
+    "revoke key": Route("POST", "/api/admin/keys/{id}/revoke", ADMIN_ONLY_GET, setup=new_key),
 }
 
+#: The scope each route needs of a service key, by the start of its path (the first that fits;
+#: docs/design.md, "Service keys"). The OpenAPI document declares it per operation.
+SCOPES_BY_PATH = [
+    ("/api/admin/", "admin"),
+    ("/api/orders/{}/payments", "payments"),
+    ("/api/orders", "orders"),
+    ("/api/me/coupons", "catalog"),
+    ("/api/me", "orders"),
+    ("/api/events", "events"),
+    ("/api/goods", "catalog"),
+    ("/api/shows", "catalog"),
+    ("/api/skus", "catalog"),
+    ("/api/coupon-templates", "catalog"),
+    ("/api/flash-sales", "catalog"),
+]
 
+
+def scope_of(path: str) -> str:
+    """The scope a route needs, by :data:`SCOPES_BY_PATH`."""
+    generic = _generic(path.split("?")[0])
+    return next(scope for start, scope in SCOPES_BY_PATH if generic.startswith(start))
+
+
+@pytest.mark.parametrize("credential", ["token", "key"])
 @pytest.mark.parametrize("name", list(ROUTES))
-async def test_authorization_matrix(api, name):
+async def test_authorization_matrix(api, name, credential):
+    """Each caller by a personal token; then again, from a fresh state, by a service key with
+    the route's scope acting for the same user (every rule of roles applies to the user acted
+    for). On an admin route the admin is a key with the admin scope acting for nobody."""
     route = ROUTES[name]
+    expected = route.expected
+    admin_route = route.path.startswith("/api/admin/")
+    if credential == "key" and admin_route:
+        expected = {None: 401, "admin": expected["admin"]}
     item = await route.setup(api) if route.setup else 0
     got = {}
-    for who in route.expected:
+    for who in expected:
         body = route.body
         if callable(body):
             body = await body(api, item)
-        answer = await api.call(route.method, route.path.format(id=item), who, json=body)
+        caller, headers = who, {}
+        if credential == "key" and who is not None:
+            acting = None if admin_route else who
+            caller, headers = None, await api.as_key(scope_of(route.path), acting)
+        answer = await api.call(
+            route.method, route.path.format(id=item), caller, json=body, headers=headers
+        )
         got[who] = answer.status_code
         if answer.status_code >= 400:
             assert set(answer.json()) == {"error"}, answer.text
-    assert got == route.expected
+    assert got == expected
 
 
 def test_the_matrix_covers_every_api_route(world):
@@ -314,6 +373,37 @@ def test_the_matrix_covers_every_api_route(world):
     served = {(method.upper(), _generic(path)) for path, ops in paths.items() for method in ops}
     covered = {(r.method, _generic(r.path.split("?")[0])) for r in ROUTES.values()}
     assert served == covered
+
+
+async def test_every_route_refuses_a_key_without_its_scope(api, world):
+    """A walk over the OpenAPI document: each operation declares the personal token and the
+    service key with the one scope :data:`SCOPES_BY_PATH` gives; a key with every other scope
+    is refused with 403 ``missing_scope`` naming it, and no row changes (the key acting for a
+    host user never seen before: not even that user is made)."""
+    spec = build_app(world.deps).openapi()
+    assert spec["components"]["securitySchemes"]["ServiceKey"]["scheme"] == "bearer"
+    for scope in ("orders", "catalog", "payments", "events", "admin"):
+        await api.service_key(scope)
+    before = await table_snapshot(api.deps)
+    walked = 0
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            needed = scope_of(path)
+            assert operation["security"] == [{"HTTPBearer": []}, {"ServiceKey": [needed]}], path
+            for other in {"orders", "catalog", "payments", "events", "admin"} - {needed}:
+                headers = {
+                    "Authorization": f"Bearer {await api.service_key(other)}",
+                    "Dueflow-Act-As": "someone-new",
+                }
+                url = re.sub(r"\{[^}]+\}", "1", path)
+                answer = await api.client.request(method, url, headers=headers, json={})
+                assert answer.status_code == 403, (method, path, other, answer.text)
+                error = answer.json()["error"]
+                assert error["code"] == "missing_scope", error
+                assert repr(needed) in error["message"], error
+                walked += 1
+    assert walked == 4 * sum(len(operations) for operations in spec["paths"].values())
+    assert await table_snapshot(api.deps) == before
 
 
 def _generic(path: str) -> str:
