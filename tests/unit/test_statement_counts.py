@@ -225,6 +225,31 @@ async def test_a_new_orders_answer_is_its_order_view(api, paths):
         assert placed.json()["created_at"] == api.deps.clock.now().astimezone(UTC).isoformat()
 
 
+async def test_a_key_acting_for_a_host_user_costs_what_a_personal_token_costs(api, paths):
+    """Placing goods by a service key acting for a host user sends the statements, transactions
+    and commits a personal token's request sends: one statement reads the key and the user acted
+    for together (the LEFT JOIN on users.external_id). Its first use makes the user: one INSERT
+    in one write transaction more, once per user."""
+    secret = await api.service_key("orders")
+    counting = Counting(api)
+    try:
+        for n in range(3):
+            body = {"goods_id": await api.goods()}
+            headers = {"Authorization": f"Bearer {secret}", "Dueflow-Act-As": "host-buyer-1"}
+            _, sent = await counting(
+                api.call("POST", "/api/orders", None, json=body, headers=headers)
+            )
+            expected = EXPECTED["place goods"]
+            if n == 0:  # the user is made
+                expected = (expected[0] + 1, expected[1] + 1, expected[2] + 1)
+                assert "INSERT INTO users" in sent.statements[1], sent.statements
+            if n > 0:  # compiled by then: the same statements as a personal token's
+                assert "api_keys" in sent.statements[0] and "users" in sent.statements[0]
+            assert sent.counts() == expected, (n, sent.statements)
+    finally:
+        counting.close()
+
+
 @pytest.mark.parametrize("flow", ["goods", "seats", "lines", "flash"])
 async def test_placing_without_an_authenticated_buyer_still_finds_no_user(api, paths, flow):
     """Callers other than the API (the command line, demos) do not vouch for the buyer:
