@@ -6,6 +6,7 @@ command groups registered on it, one module each.
   ``supervisor.py`` starts, watches and stops the API processes of ``--workers N``
 - ``worker.py``: ``dueflow worker`` and ``dueflow scan``; ``timers.py``: ``dueflow timers``
 - ``migrate.py``, ``status.py``, ``simulator.py``, ``demo.py``: the commands of those names
+- ``keys.py``: ``dueflow keys`` (service keys)
 - ``users.py``, ``goods.py``, ``orders.py``, ``payments.py``, ``refunds.py``, ``shows.py`` and
   ``shop.py`` (``skus``, ``coupons``, ``flash``): the groups of those names
 
@@ -20,6 +21,7 @@ import typer
 from dueflow.cli import (
     demo,
     goods,
+    keys,
     migrate,
     orders,
     payments,
@@ -36,7 +38,7 @@ from dueflow.cli import (
 
 #: ``dueflow --help``'s text.
 HELP = (
-    "The command line: ``dueflow migrate | users | goods | orders | payments | worker | scan | "
+    "The command line: ``dueflow migrate | users | keys | goods | orders | payments | worker | scan | "
     "status | demo``."
 )
 
@@ -50,6 +52,7 @@ app.command()(serve.serve)
 app.command()(simulator.simulator)
 app.command()(demo.demo)
 app.add_typer(users.app, name="users")
+app.add_typer(keys.app, name="keys")
 app.add_typer(goods.app, name="goods")
 app.add_typer(orders.app, name="orders")
 app.add_typer(payments.app, name="payments")

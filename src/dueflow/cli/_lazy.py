@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         shop_overview,
         tickets,
     )
+    from dueflow.service import keys as service_keys
     from dueflow.store import migrate as migrations
     from dueflow.store import shows as show_states
     from dueflow.worker import reconciler
@@ -48,6 +49,7 @@ else:
     shop = LazyModule("dueflow.service.shop")
     shop_overview = LazyModule("dueflow.service.shop_overview")
     tickets = LazyModule("dueflow.service.tickets")
+    service_keys = LazyModule("dueflow.service.keys")
     migrations = LazyModule("dueflow.store.migrate")
     show_states = LazyModule("dueflow.store.shows")
     reconciler = LazyModule("dueflow.worker.reconciler")
@@ -64,6 +66,7 @@ __all__ = [
     "refunds",
     "render",
     "report",
+    "service_keys",
     "shop",
     "shop_overview",
     "show_states",
