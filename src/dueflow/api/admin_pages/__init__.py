@@ -7,7 +7,7 @@ with a redirect (post, redirect, get). Actions report back through a one-shot fl
 
 One module per area, each adding its pages with ``add_routes(routes, pages)``: ``session``
 (static files, login, logout), ``dashboard``, ``orders``, ``refunds`` (the queue and its
-actions), ``timers``, ``events`` (the webhook's replay and skip), ``shows`` and ``shop``;
+actions), ``timers``, ``events`` (the webhook's replay and skip), ``shows``, ``shop`` and ``keys`` (service keys);
 ``site`` holds what they share (:class:`~dueflow.api.admin_pages.site.Pages`). The templates
 and static files are in ``api/templates`` and ``api/static``.
 """
@@ -22,6 +22,7 @@ from fastapi import APIRouter
 from dueflow.api.admin_pages import (
     dashboard,
     events,
+    keys,
     orders,
     refunds,
     session,
@@ -42,6 +43,7 @@ AREAS = (
     events.add_routes,
     shows.add_routes,
     shop.add_routes,
+    keys.add_routes,
 )
 
 
