@@ -1,5 +1,6 @@
 -- Place order for wrk (benchmarks/http_place.py drives it): every request is POST /api/orders
--- for goods no other request asks for, by a buyer taken in turn from the token file. Thread t
+-- for goods no other request asks for, by a buyer taken in turn from the token file (a personal
+-- token, or a service key acting for the buyer by its host id). Thread t
 -- of T takes the goods on lines t, t + T, t + 2T, ... of the goods file.
 --
 -- Sends are counted exactly, as http_flash.lua does: wrk asks delay() before every request it
@@ -15,7 +16,12 @@ local PARKED_MS = 1000 * 1000 * 1000
 
 function init(args)
   local goods, step = driver.lines_of(args[1]), tonumber(args[3])
-  tokens = driver.lines_of(args[2])
+  -- A line is a personal token, or a service key's secret, a tab and the host's user id.
+  tokens, acting = {}, {}
+  for i, line in ipairs(driver.lines_of(args[2])) do
+    tokens[i], acting[i] = line:match("^([^\t]+)\t?(.*)$")
+    if acting[i] == "" then acting[i] = nil end
+  end
   stop_at = os.time() + tonumber(args[4])
   mine = {}
   for i = thread_id, #goods, step do table.insert(mine, goods[i]) end
@@ -40,7 +46,8 @@ function delay()
 end
 
 local function place(n)
-  return driver.post("/api/orders", tokens[(n - 1) % #tokens + 1], '{"goods_id": ' .. mine[n] .. '}')
+  local who = (n - 1) % #tokens + 1
+  return driver.post("/api/orders", tokens[who], '{"goods_id": ' .. mine[n] .. '}', acting[who])
 end
 
 function request()

@@ -7,6 +7,10 @@ orjson) and ``dueflow serve`` (profile prod, so no deadline fires during the run
 unless --no-worker; ``--workers N`` with --processes N). Every run prints dueflow's ratio to the
 reference: orders a second and server CPU an order.
 
+With ``--credentials token,key`` dueflow runs twice in the sitting: each buyer by its personal
+token, then one service key (scope orders) acting for each buyer by its host id
+(``Dueflow-Act-As: host-<n>``; the users exist, as after their first use).
+
 Setup, not timed: a seller, --buyers buyers with their tokens and --orders + --warmup goods,
 seeded through dueflow's own schema and service layer (``bootstrap.running``); on SQLite into a
 template file copied for each run, on PostgreSQL and MySQL seeded afresh for each run (the same
@@ -31,6 +35,7 @@ reference's.
     .venv/bin/python benchmarks/http_place.py --backend postgres --processes 2
     .venv/bin/python benchmarks/http_place.py --backend mysql --mysql-url mysql://root@127.0.0.1/bench
     .venv/bin/python benchmarks/http_place.py --no-reference --py-spy /tmp/spy
+    .venv/bin/python benchmarks/http_place.py --credentials token,key   # and by a service key
 """
 
 from __future__ import annotations
@@ -117,9 +122,11 @@ def ensure_wrk() -> None:
 # --- seeding ---------------------------------------------------------------------------------
 
 
-async def seed(url: str, tokens: list[str], count: int) -> list[int]:
+async def seed(url: str, tokens: list[str], count: int, key: str | None = None) -> list[int]:
     """A fresh database: the seller (through the service layer), the buyers holding ``tokens``
-    and ``count`` goods on sale (dueflow's rows, in one transaction each); the goods ids."""
+    (buyer n known to the host as ``host-<n>``), the service key ``key`` (scope orders; none
+    when None) and
+    ``count`` goods on sale (dueflow's rows, in one transaction each); the goods ids."""
     from dueflow import bootstrap
     from dueflow.config import load_settings
     from dueflow.service import accounts
@@ -140,10 +147,23 @@ async def seed(url: str, tokens: list[str], count: int) -> list[int]:
                         "token_hash": accounts.hash_token(token),
                         "is_admin": False,
                         "created_at": now,
+                        "external_id": host_id(n),
                     }
                     for n, token in enumerate(tokens)
                 ],
             )
+        if key is not None:
+            async with deps.db.write() as conn:
+                await conn.execute(
+                    insert(schema.api_keys).values(
+                        name="bench",
+                        prefix=key[:15],
+                        secret_hash=accounts.hash_token(key),
+                        scopes="orders",
+                        created_at=now,
+                        created_by="cli",
+                    )
+                )
         async with deps.db.write() as conn:
             await conn.execute(
                 insert(schema.goods),
@@ -171,6 +191,19 @@ async def seed(url: str, tokens: list[str], count: int) -> list[int]:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()
     return [int(i) for i in ids]
+
+
+def host_id(n: int) -> str:
+    """The host's id of buyer ``n``, which a service key acts for."""
+    return f"host-{n}"
+
+
+def credential_lines(credential: str, tokens: list[str], key: str) -> str:
+    """The file http_place.lua takes buyers from: a personal token a line, or the key's secret,
+    a tab and a host user's id (the same buyers either way)."""
+    if credential == "token":
+        return "\n".join(tokens) + "\n"
+    return "".join(f"{key}\t{host_id(n)}\n" for n in range(len(tokens)))
 
 
 def fresh_copy(template: Path, target: Path) -> None:
@@ -261,6 +294,7 @@ def statements(port: int, name: str) -> int:
 def wrk(
     args: argparse.Namespace, port: int, tmp: Path, goods: list[int], seconds: float
 ) -> dict[str, Any]:
+    # tmp / "tokens.txt" holds the credentials of the run under way (credential_lines).
     """wrk with http_place.lua over ``goods``; its PLACE line as a dict."""
     work = Path(tempfile.mkdtemp(dir=tmp))
     (work / "goods.txt").write_text("\n".join(map(str, goods)) + "\n")
@@ -328,9 +362,10 @@ def measured(
 
 
 def one_run(
-    kind: str, args: argparse.Namespace, url: str, tmp: Path, goods: list[int]
+    kind: str, args: argparse.Namespace, url: str, tmp: Path, goods: list[int], credential: str
 ) -> dict[str, Any]:
-    """Serve ``url`` with ``kind``, warm up, place for the timed phase, check the database."""
+    """Serve ``url`` with ``kind``, warm up, place for the timed phase (by ``credential``'s
+    lines in tokens.txt), check the database."""
     port = free_port()
     try:
         with server(kind, args, url, port, tmp / f"{kind}.log") as proc:
@@ -352,7 +387,8 @@ def one_run(
         if result["non_201"]:
             failed.append(f"{phase}: answers other than 201: {result['non_201']}")
     return {
-        "server": kind,
+        "server": kind if credential == "token" else f"{kind} (service key)",
+        "credential": credential,
         "database": url.split(":", 1)[0],
         "processes": args.processes,
         "worker": args.worker if kind == "dueflow" else None,
@@ -415,9 +451,9 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def ratio(results: list[dict[str, Any]]) -> dict[str, float | None]:
+def ratio(results: list[dict[str, Any]], server: str = "dueflow") -> dict[str, float | None]:
     by = {r["server"]: r for r in results}
-    ref, due = by.get("reference"), by.get("dueflow")
+    ref, due = by.get("reference"), by.get(server)
     if ref is None or due is None:
         return {}
 
@@ -454,16 +490,26 @@ def main() -> None:
         default=True,
         help="run the reference server first and print dueflow's ratio to it",
     )
+    parser.add_argument(
+        "--credentials",
+        default="token",
+        help="dueflow's runs, in order: token (each buyer's personal token), key (one service "
+        "key acting for each buyer by its host id: Dueflow-Act-As), or token,key for both",
+    )
     parser.add_argument("--show-statements", action="store_true", help="print dueflow's place")
     parser.add_argument("--py-spy", default=None, help="directory for py-spy raw stacks")
     args = parser.parse_args()
     if args.processes > 1 and args.backend == "sqlite":
         sys.exit("SQLite has one writer: --processes stays 1 on it")
     ensure_wrk()
+    credentials = args.credentials.split(",")
+    if not credentials or set(credentials) - {"token", "key"}:
+        sys.exit("--credentials: token, key or token,key")
     tokens = [secrets.token_urlsafe(24) for _ in range(args.buyers)]
+    key = "dfk_live_" + secrets.token_urlsafe(32)
     with tempfile.TemporaryDirectory(prefix="dueflow-http-place-") as name:
         tmp = Path(name)
-        (tmp / "tokens.txt").write_text("\n".join(tokens) + "\n")
+        (tmp / "tokens.txt").write_text(credential_lines("token", tokens, key))
         count = args.orders + args.warmup
         if args.backend == "sqlite":
             template = tmp / "template.db"
@@ -471,7 +517,7 @@ def main() -> None:
         else:
             url = args.postgres_url if args.backend == "postgres" else args.mysql_url
         started = time.perf_counter()
-        goods = asyncio.run(seed(url, tokens, count))
+        goods = asyncio.run(seed(url, tokens, count, key))
         print(
             f"seeded {len(goods):,} goods in {time.perf_counter() - started:.1f} s", file=sys.stderr
         )
@@ -481,14 +527,16 @@ def main() -> None:
             capture_url = f"sqlite:///{tmp / 'capture.db'}"
         dueflow_statements = asyncio.run(captured(capture_url, tokens[0], goods))
         results = []
-        for kind in ("reference", "dueflow") if args.reference else ("dueflow",):
+        runs = [("dueflow", credential) for credential in credentials]
+        for kind, credential in [("reference", "token"), *runs] if args.reference else runs:
+            (tmp / "tokens.txt").write_text(credential_lines(credential, tokens, key))
             if args.backend == "sqlite":
-                run_url = f"sqlite:///{tmp / f'{kind}.db'}"
-                fresh_copy(template, tmp / f"{kind}.db")
+                run_url = f"sqlite:///{tmp / f'{kind}-{credential}.db'}"
+                fresh_copy(template, tmp / f"{kind}-{credential}.db")
             else:
                 run_url = url  # seeded afresh: the same tokens, the same goods ids
-                goods = asyncio.run(seed(url, tokens, count))
-            results.append(one_run(kind, args, run_url, tmp, goods))
+                goods = asyncio.run(seed(url, tokens, count, key))
+            results.append(one_run(kind, args, run_url, tmp, goods, credential))
             print(json.dumps(results[-1]), flush=True)
     control = [s for s in dueflow_statements if s.split(" ", 1)[0] in ("BEGIN", "COMMIT")]
     if args.show_statements:
@@ -510,9 +558,18 @@ def main() -> None:
             f"dueflow / reference: orders/s {ratios['orders_per_s']}, "
             f"server CPU an order {ratios['cpu_per_order']}"
         )
+    keyed = ratio(results, "dueflow (service key)")
+    if keyed:
+        print(
+            f"dueflow by a service key / reference: orders/s {keyed['orders_per_s']}, "
+            f"server CPU an order {keyed['cpu_per_order']}"
+        )
     ok = all(r["ok"] for r in results)
     print(
-        json.dumps({"runs": results, "statements": counts, "ratio": ratios, "ok": ok}), flush=True
+        json.dumps(
+            {"runs": results, "statements": counts, "ratio": ratios, "key_ratio": keyed, "ok": ok}
+        ),
+        flush=True,
     )
     if not ok:
         print("HTTP PLACE CHECK FAILED: see failed in the runs above", file=sys.stderr)

@@ -23,11 +23,13 @@ function driver.lines_of(path)
   return found
 end
 
-function driver.post(path, token, body)
+function driver.post(path, token, body, act_as)
   local headers = {
     ["Authorization"] = "Bearer " .. token,
     ["Content-Type"] = "application/json",
   }
+  -- A service key names the host's user it acts for.
+  if act_as then headers["Dueflow-Act-As"] = act_as end
   return wrk.format("POST", path, headers, body)
 end
 
