@@ -105,6 +105,7 @@ ID_OF = {
     "sku_id": schema.skus,
     "template_id": schema.coupon_templates,
     "sale_id": schema.flash_sales,
+    "key_id": schema.api_keys,
 }
 
 
@@ -125,6 +126,7 @@ async def seeded(world) -> AsyncIterator[Seeded]:
         await api.ticket_order(show_id, ["A-1", "B-1"])
         await api.shop_order({await api.sku(): 2}, coupon=await api.coupon())
         await api.flash_sale()
+        await api.service_key("orders")
         async with api.deps.db.read() as conn:
             ids = {
                 name: list((await conn.execute(select(table.c.id))).scalars())
@@ -139,8 +141,10 @@ def api(seeded: Seeded) -> Api:
 
 
 def takes_input(operation: schemathesis.APIOperation) -> bool:
-    """Anything to get wrong besides the bearer token (which the test sets)?"""
-    named = [p for p in operation.iter_parameters() if p.name.lower() != "authorization"]
+    """Anything to get wrong besides the credential (which the test sets) and the guard's
+    act-as headers (any text is valid there by the schema; test_service_keys.py covers them)?"""
+    guard = {"authorization", "dueflow-act-as", "dueflow-act-as-name"}
+    named = [p for p in operation.iter_parameters() if p.name.lower() not in guard]
     return bool(named or operation.body)
 
 
@@ -252,7 +256,11 @@ async def test_the_schema_declares_the_idempotency_key_header(api):
     headers = [
         p for p in spec["paths"]["/api/orders"]["post"].get("parameters", []) if p["in"] == "header"
     ]
-    assert [(p["name"], p["required"]) for p in headers] == [("Idempotency-Key", False)]
+    assert [(p["name"], p["required"]) for p in headers] == [
+        ("Idempotency-Key", False),
+        ("Dueflow-Act-As", False),
+        ("Dueflow-Act-As-Name", False),
+    ]
     assert "printable ASCII" in headers[0]["description"]
 
 
@@ -394,6 +402,12 @@ async def test_every_answer_of_a_whole_life_matches_the_schema(api, world):
         await call("GET", f"/api/admin/timers?state={state}", "admin")
     await call("GET", "/api/admin/discrepancies", "admin")
     await call("GET", "/api/admin/refunds?state=succeeded", "admin")
+    made = await call("POST", "/api/admin/keys", "admin", json={"name": "k", "scopes": ["orders"]})
+    key_id = made.json()["id"]
+    await call("GET", "/api/admin/keys", "admin")
+    await call("GET", f"/api/admin/keys/{key_id}", "admin")
+    await call("POST", f"/api/admin/keys/{key_id}/rotate", "admin")
+    await call("POST", f"/api/admin/keys/{key_id}/revoke", "admin")
     await call("GET", "/api/admin/summary", "admin")
     # the lists, over orders and goods in every status by now
     await call("GET", "/api/goods?limit=1", "buyer")
