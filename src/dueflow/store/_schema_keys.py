@@ -7,15 +7,13 @@ until the old row is revoked."""
 
 from __future__ import annotations
 
-from sqlalchemy import Column, ForeignKey, String, Table
+from sqlalchemy import Column, ForeignKey, String
 
-from dueflow.store._schema_base import Id, metadata
-from dueflow.store.types import UTCDateTime
+from dueflow.store._schema_base import table_with_id
+from dueflow.store.types import Id, UTCDateTime
 
-api_keys = Table(
+api_keys = table_with_id(
     "api_keys",
-    metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
     Column("name", String(64), nullable=False),
     # The public start of the secret (``dfk_live_ab12cd``), shown in lists to tell keys apart.
     Column("prefix", String(32), nullable=False),

@@ -1,27 +1,20 @@
-"""service keys: the api_keys table; a host's own id and name for the users keys act for
-
-Revision ID: 0013
-Revises: 0012
-Create Date: 2026-12-06 09:00:00
-"""
+"""service keys: the api_keys table; a host's own id and name for the users keys act for"""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
-from dueflow.store.types import ExactText, UTCDateTime
+from dueflow.store.types import ExactText, Id, UTCDateTime
 
 revision = "0013"
 down_revision = "0012"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
     op.create_table(
         "api_keys",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("id", Id, nullable=False),
         sa.Column("name", sa.String(length=64), nullable=False),
         sa.Column("prefix", sa.String(length=32), nullable=False),
         sa.Column("secret_hash", sa.String(length=64), nullable=False),
@@ -30,9 +23,7 @@ def upgrade() -> None:
         sa.Column("created_by", sa.String(length=64), nullable=False),
         sa.Column("expires_at", UTCDateTime(), nullable=True),
         sa.Column("revoked_at", UTCDateTime(), nullable=True),
-        sa.Column(
-            "rotated_from", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
-        ),
+        sa.Column("rotated_from", Id, nullable=True),
         sa.ForeignKeyConstraint(
             ["rotated_from"], ["api_keys.id"], name=op.f("fk_api_keys_rotated_from_api_keys")
         ),
