@@ -15,7 +15,7 @@ from dueflow.api import events as feed_api
 from dueflow.api.app import create_app
 from dueflow.payments.base import Providers, RefundResult
 from dueflow.payments.manual import ManualProvider
-from dueflow.service import accounts, events, orders, payments, refunds
+from dueflow.service import accounts, events, orders, payments, refunds, webhooks
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
 from tests.conftest import START, eventually, table_snapshot
@@ -220,7 +220,7 @@ async def test_a_missing_counter_row_is_put_back_after_the_highest_seq(world):
 
 async def test_the_sequencer_loop_numbers_new_events_and_survives_errors(world, monkeypatch):
     stop = asyncio.Event()
-    tasks = events.start(world.deps, None, stop)
+    tasks = webhooks.start(world.deps, None, stop)
     try:
         await orders.place_order(world.deps, buyer_id=world.buyer, goods_id=await world.goods())
         world.clock.advance(1)

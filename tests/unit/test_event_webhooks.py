@@ -26,7 +26,7 @@ from dueflow.api.app import create_app
 from dueflow.config import load_settings
 from dueflow.exceptions import ConfigError, InvalidInput
 from dueflow.notifiers.event_webhook import EventWebhook
-from dueflow.service import accounts, events, orders
+from dueflow.service import accounts, events, orders, webhooks
 from dueflow.store import schema
 from tests.conftest import eventually, table_snapshot
 
@@ -102,8 +102,8 @@ def receiver() -> Iterator[Receiver]:
         found.stop()
 
 
-def deliverer(world, receiver: Receiver) -> events.Deliverer:
-    return events.Deliverer(world.deps, EventWebhook(url=receiver.url, secret=SECRET, timeout=2))
+def deliverer(world, receiver: Receiver) -> webhooks.Deliverer:
+    return webhooks.Deliverer(world.deps, EventWebhook(url=receiver.url, secret=SECRET, timeout=2))
 
 
 async def two_orders(world) -> list[dict]:
@@ -222,11 +222,11 @@ async def test_one_process_delivers_at_a_time(world, receiver):
         async with world.deps.db.write() as conn:
             await events.store.ensure_live(conn, world.clock.now())
             assert await events.store.take_lease(
-                conn, one.name, now=world.clock.now(), lease=events.LEASE
+                conn, one.name, now=world.clock.now(), lease=webhooks.LEASE
             )
         await other.deliver_once()
         assert receiver.got == []  # the lease is another's
-        world.clock.advance(events.LEASE + timedelta(seconds=1))  # it ran out: taken over
+        world.clock.advance(webhooks.LEASE + timedelta(seconds=1))  # it ran out: taken over
         await other.deliver_once()
         assert [e["id"] for e in receiver.verified()] == [e["id"] for e in fed]
         assert (await live(world)).owner == other.name
@@ -244,10 +244,10 @@ async def test_a_replay_resends_one_event_or_a_range_as_separate_deliveries(worl
     try:
         await sender.deliver_once()
         receiver.got.clear()
-        assert await events.replay(world.deps, first=2, actor="user:9") == (
+        assert await webhooks.replay(world.deps, first=2, actor="user:9") == (
             "evt_2 queued to be delivered again"
         )
-        await events.replay(world.deps, first=1, last=3, actor="user:9")
+        await webhooks.replay(world.deps, first=1, last=3, actor="user:9")
         await sender.deliver_once()
     finally:
         await sender.webhook.close()
@@ -255,7 +255,7 @@ async def test_a_replay_resends_one_event_or_a_range_as_separate_deliveries(worl
     assert {h.get("x-dueflow-replay") for h, _ in receiver.got} == {"true"}
     assert receiver.verified()[0] == fed[1]
     assert counted(world, "replayed") == 4
-    status = await events.delivery_status(world.deps)
+    status = await webhooks.delivery_status(world.deps)
     assert status.replays == []  # both done
     assert status.live is not None and status.live["delivered_seq"] == fed[-1]["seq"]
 
@@ -265,14 +265,16 @@ async def test_a_replay_out_of_range_is_refused_and_changes_nothing(world, first
     await two_orders(world)
     before = await table_snapshot(world.deps)
     with pytest.raises(InvalidInput):
-        await events.replay(world.deps, first=first, last=last, actor="user:9")
+        await webhooks.replay(world.deps, first=first, last=last, actor="user:9")
     assert await table_snapshot(world.deps) == before
 
 
 async def test_the_worker_loops_deliver_new_events_and_give_the_lease_back(world, receiver):
     receiver.start()
     stop = asyncio.Event()
-    tasks = events.start(world.deps, EventWebhook(url=receiver.url, secret=SECRET, timeout=2), stop)
+    tasks = webhooks.start(
+        world.deps, EventWebhook(url=receiver.url, secret=SECRET, timeout=2), stop
+    )
     try:
         await orders.place_order(world.deps, buyer_id=world.buyer, goods_id=await world.goods())
 
@@ -335,7 +337,7 @@ async def test_backlog_failures_and_replay_on_metrics_and_the_dashboard(world, r
             "/admin/events/replay", data={"csrf": csrf, "first": "1", "last": "2"}
         )
         assert answer.status_code == 303
-    status = await events.delivery_status(world.deps)
+    status = await webhooks.delivery_status(world.deps)
     assert [(r["delivered_seq"], r["until_seq"]) for r in status.replays] == [(0, 2)]
     assert status.replays[0]["requested_by"].startswith("user:")
 
@@ -348,7 +350,7 @@ async def test_stopping_ends_a_pass_after_the_event_in_flight(world, receiver: R
     loop = asyncio.get_running_loop()
     stop, wake = asyncio.Event(), asyncio.Event()
 
-    def stopping() -> None:  # what events.start does at SIGTERM
+    def stopping() -> None:  # what webhooks.start does at SIGTERM
         stop.set()
         wake.set()
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         shop,
         shop_overview,
         tickets,
+        webhooks,
     )
     from dueflow.service import keys as service_keys
     from dueflow.store import migrate as migrations
@@ -50,6 +51,7 @@ else:
     shop_overview = LazyModule("dueflow.service.shop_overview")
     tickets = LazyModule("dueflow.service.tickets")
     service_keys = LazyModule("dueflow.service.keys")
+    webhooks = LazyModule("dueflow.service.webhooks")
     migrations = LazyModule("dueflow.store.migrate")
     show_states = LazyModule("dueflow.store.shows")
     reconciler = LazyModule("dueflow.worker.reconciler")
@@ -71,4 +73,5 @@ __all__ = [
     "shop_overview",
     "show_states",
     "tickets",
+    "webhooks",
 ]

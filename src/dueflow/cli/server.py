@@ -25,7 +25,7 @@ from dueflow.exceptions import ConfigError
 from dueflow.payments.simulator import SimulatorConfig
 from dueflow.payments.simulator.app import create_app as create_simulator
 from dueflow.payments.simulator.app import simulator_of
-from dueflow.service import accounts, events
+from dueflow.service import accounts, webhooks
 from dueflow.service.deps import Deps
 from dueflow.worker import reconciler
 from dueflow.worker.runner import Worker, run_feeder
@@ -141,7 +141,7 @@ class Background:
                 asyncio.create_task(run_feeder(runner, self.halt)),
             ]
             self.tasks += reconciler.start(deps, self.halt)
-            self.tasks += events.start(deps, bootstrap.build_event_webhook(settings), self.halt)
+            self.tasks += webhooks.start(deps, bootstrap.build_event_webhook(settings), self.halt)
 
     async def stop(self) -> None:
         """Stop every task; the batch in progress is finished first."""

@@ -17,7 +17,7 @@ from dueflow.cli._common import (
     settings_or_exit,
     with_deps,
 )
-from dueflow.cli._lazy import bootstrap, events, migrations, reconciler, report
+from dueflow.cli._lazy import bootstrap, migrations, reconciler, report, webhooks
 
 if TYPE_CHECKING:
     from dueflow.service.deps import Deps
@@ -77,7 +77,7 @@ def worker(
             tasks.append(asyncio.create_task(run_scanner(runner, stop)))
             tasks += reconciler.start(deps, stop)
         tasks.append(asyncio.create_task(run_feeder(runner, stop)))
-        tasks += events.start(deps, bootstrap.build_event_webhook(settings), stop)
+        tasks += webhooks.start(deps, bootstrap.build_event_webhook(settings), stop)
         if sock is not None:
             scrape = exposition.metrics_app(deps.metrics, refresh_gauges)
             tasks.append(asyncio.create_task(exposition.serve_metrics(scrape, sock, stop)))

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from dueflow.api.admin_pages.site import Pages
-from dueflow.service import events, operations, refunds, report
+from dueflow.service import operations, refunds, report, webhooks
 from dueflow.service.accounts import User
 
 
@@ -29,7 +29,7 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
                 parked=await operations.timers_in_state(deps, "parked", 20),
                 discrepancies=await operations.discrepancies(deps, 10),
                 invariants=await report.check_invariants(deps),
-                events=await events.delivery_status(deps),
+                events=await webhooks.delivery_status(deps),
                 seats=await report.seats_taken(deps),
                 processing=await refunds.list_refunds(deps, state="processing", limit=10),
                 refresh=5,

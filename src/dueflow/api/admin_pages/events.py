@@ -7,7 +7,7 @@ from fastapi.responses import Response
 
 from dueflow.api.admin_pages.site import Pages, id_of
 from dueflow.exceptions import InvalidInput
-from dueflow.service import events
+from dueflow.service import webhooks
 
 
 def add_routes(routes: APIRouter, pages: Pages) -> None:
@@ -21,7 +21,7 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
             last = id_of(form.get("last", "").strip() or form.get("first", "").strip())
             if first is None or last is None:
                 raise InvalidInput("a replay takes the seq of its first (and last) event")
-            return await events.replay(deps, first=first, last=last, actor=actor)
+            return await webhooks.replay(deps, first=first, last=last, actor=actor)
 
         return await pages.act_on_form(request, go)
 
@@ -31,6 +31,6 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
             seq = id_of(form.get("seq", "").strip())
             if seq is None:
                 raise InvalidInput("a skip takes the seq of the event the webhook waits on")
-            return await events.skip(deps, seq=seq, actor=actor)
+            return await webhooks.skip(deps, seq=seq, actor=actor)
 
         return await pages.act_on_form(request, go)
