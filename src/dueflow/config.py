@@ -6,6 +6,8 @@ left alone, it would silently leave the setting it meant at its default."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import difflib
 import os
 import re
@@ -141,6 +143,9 @@ class Settings(BaseSettings):
     #: Where order events are POSTed (docs/events.md); none: the feed only.
     events_webhook_url: str | None = None
     events_webhook_secret: str = Field(default="", validate_default=True)
+    #: Webhook endpoints made over the API may name private, loopback, link-local (and other
+    #: non-public) addresses: for tests, examples and a host on the same network only.
+    webhook_allow_private: bool = False
 
     @field_validator("lease", "max_idle", "scan_interval", "seat_reconcile_interval")
     @classmethod
@@ -170,7 +175,12 @@ class Settings(BaseSettings):
     def _signed(cls, value: str, info: ValidationInfo) -> str:
         if info.data.get("events_webhook_url") and not value:
             raise ValueError("needed to sign what is sent to DUEFLOW_EVENTS_WEBHOOK_URL")
-        return value
+        return _secret(value)
+
+    @field_validator("notifier_secret")
+    @classmethod
+    def _notifier_signed(cls, value: str) -> str:
+        return _secret(value)
 
     @model_validator(mode="after")
     def _batches(self) -> Settings:
@@ -216,6 +226,19 @@ class Settings(BaseSettings):
             for name in (*SERVER_ORDER_TYPES, *given)
         }
         return deadlines.DeadlinePolicy(by_type=by_type)
+
+
+def _secret(value: str) -> str:
+    """A signing secret: a ``whsec_`` one must decode (any other string is the older scheme's,
+    kept working: :mod:`dueflow.notifiers.signing`)."""
+    if value.startswith("whsec_"):
+        try:
+            key = base64.b64decode(value.removeprefix("whsec_"), validate=True)
+        except binascii.Error:
+            raise ValueError("a whsec_ secret is whsec_ followed by base64") from None
+        if len(key) < 24:
+            raise ValueError("a whsec_ secret holds at least 24 bytes")
+    return value
 
 
 PREFIX = "DUEFLOW_"

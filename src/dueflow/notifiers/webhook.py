@@ -1,21 +1,22 @@
-"""The ``webhook`` notifier: POSTs each reminder as JSON, signed with HMAC-SHA256.
+"""The ``webhook`` notifier: POSTs each reminder as JSON, signed per Standard Webhooks
+(:mod:`dueflow.notifiers.signing`).
 
-Headers: ``X-Dueflow-Timestamp`` (unix seconds), ``X-Dueflow-Delivery`` (the reminder id, the
-same on every retry and every resend: receivers drop repeats by it) and
+``webhook-id`` is ``ntc_<reminder id>``: the same on every retry and every resend, so receivers
+drop repeats by it. A secret of the older scheme (not ``whsec_``) also gets the older headers:
+``X-Dueflow-Timestamp``, ``X-Dueflow-Delivery`` (the bare reminder id) and
 ``X-Dueflow-Signature: sha256=<hex>`` over ``timestamp + "." + body``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import time
 
 import httpx
 
 from dueflow.exceptions import BackendUnavailable, DeliveryUnknown
+from dueflow.notifiers import signing
 from dueflow.notifiers.base import Notifier, Reminder
 
 RETRY_DELAYS = (0.2, 1.0)
@@ -31,10 +32,10 @@ NOT_SENT = (
 )
 
 
-def sign(secret: str, timestamp: str, body: bytes) -> str:
-    """The signature header value for ``body`` sent at ``timestamp``."""
-    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return "sha256=" + mac.hexdigest()
+def message_id(reminder_id: int) -> str:
+    """A notice's ``webhook-id`` (prefixed, so it never equals an event's ``evt_`` id at a
+    receiver that takes both)."""
+    return f"ntc_{reminder_id}"
 
 
 def payload(reminder: Reminder) -> bytes:
@@ -94,13 +95,10 @@ class WebhookNotifier(Notifier):
         )
 
     def _headers(self, reminder: Reminder, body: bytes) -> dict[str, str]:
-        timestamp = str(int(time.time()))
-        return {
-            "Content-Type": "application/json",
-            "X-Dueflow-Timestamp": timestamp,
-            "X-Dueflow-Delivery": str(reminder.reminder_id),
-            "X-Dueflow-Signature": sign(self.secret, timestamp, body),
-        }
+        rid = reminder.reminder_id
+        return signing.signed_headers(
+            [self.secret], message_id(rid), str(rid), int(time.time()), body
+        )
 
     async def close(self) -> None:
         await self._client.aclose()
