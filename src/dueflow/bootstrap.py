@@ -57,15 +57,17 @@ def build_notifier(settings: Settings) -> Notifier:
 
 def build_event_webhook(
     settings: Settings, *, client: httpx.AsyncClient | None = None
-) -> EventWebhook | None:
-    """The events webhook when ``DUEFLOW_EVENTS_WEBHOOK_URL`` is set (the worker's processes
-    deliver to it), signing with ``DUEFLOW_EVENTS_WEBHOOK_SECRET`` (required with the URL)."""
-    if not settings.events_webhook_url:
-        return None
+) -> EventWebhook:
+    """What the worker's processes send events with: to the endpoints made over the API and,
+    when ``DUEFLOW_EVENTS_WEBHOOK_URL`` is set, to that one too, signing with
+    ``DUEFLOW_EVENTS_WEBHOOK_SECRET`` (required with the URL)."""
     from dueflow.notifiers.event_webhook import EventWebhook
 
     return EventWebhook(
-        url=settings.events_webhook_url, secret=settings.events_webhook_secret, client=client
+        url=settings.events_webhook_url,
+        secret=settings.events_webhook_secret,
+        client=client,
+        allow_private=settings.webhook_allow_private,
     )
 
 
@@ -211,6 +213,7 @@ def build(
         provider_concurrency=settings.provider_concurrency,
         worker_batches=settings.worker_batches,
         timer_max_attempts=settings.timer_max_attempts,
+        webhook_allow_private=settings.webhook_allow_private,
     )
 
 

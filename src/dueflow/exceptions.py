@@ -7,8 +7,10 @@ The tree::
     │   └── NotMigrated              the database schema is not at the revision this code needs
     ├── DomainError                  the request is understood and refused
     │   ├── InvalidInput             a value is malformed or out of range
-    │   │   └── UnstorableValue      the database refused a value (text it cannot hold, a number
-    │   │                            out of range): the same request can never succeed
+    │   │   ├── UnstorableValue      the database refused a value (text it cannot hold, a number
+    │   │   │                        out of range): the same request can never succeed
+    │   │   └── UnsafeURL            a webhook URL that is not http(s) or names a private,
+    │   │                            loopback, link-local or other non-public address
     │   ├── Conflict                 a constraint refused the change (a duplicate, a missing row)
     │   ├── NotFound                 no such user, goods, order or payment
     │   ├── NotAllowed               the caller may not do this (not your order, own goods)
@@ -84,6 +86,14 @@ class UnstorableValue(InvalidInput):
     range."""
 
     code = "unstorable_value"
+
+
+class UnsafeURL(InvalidInput):
+    """A webhook URL must be http(s) and reach only public addresses (a private, loopback,
+    link-local, unspecified, multicast or reserved one is refused unless
+    DUEFLOW_WEBHOOK_ALLOW_PRIVATE is set)."""
+
+    code = "unsafe_webhook_url"
 
 
 class Conflict(DomainError):

@@ -25,7 +25,7 @@ from dueflow import bootstrap
 from dueflow.api.app import create_app
 from dueflow.config import load_settings
 from dueflow.exceptions import ConfigError, InvalidInput
-from dueflow.notifiers.event_webhook import EventWebhook
+from dueflow.notifiers.event_webhook import EventWebhook, Target
 from dueflow.service import accounts, events, orders, webhooks
 from dueflow.store import schema
 from tests.conftest import eventually, table_snapshot
@@ -290,14 +290,16 @@ async def test_the_worker_loops_deliver_new_events_and_give_the_lease_back(world
     assert (await live(world)).owner is None
 
 
-def test_the_webhook_is_wired_from_its_two_settings():
-    assert bootstrap.build_event_webhook(load_settings()) is None
+async def test_the_webhook_is_wired_from_its_two_settings():
+    none = bootstrap.build_event_webhook(load_settings())
+    assert none.configured is None  # the endpoints made over the API only
+    await none.close()
     settings = load_settings(
         events_webhook_url="http://host.example/hook", events_webhook_secret=SECRET
     )
     hook = bootstrap.build_event_webhook(settings)
-    assert hook is not None and (hook.url, hook.secret) == ("http://host.example/hook", SECRET)
-    asyncio.run(hook.close())
+    assert hook.configured == Target("http://host.example/hook", (SECRET,))
+    await hook.close()
     with pytest.raises(ConfigError, match="DUEFLOW_EVENTS_WEBHOOK_SECRET"):
         load_settings(events_webhook_url="http://host.example/hook")
 

@@ -48,6 +48,9 @@ class Deps:
     worker_batches: int = 4
     #: A timer whose handler failed this many times in a row is parked (``TimerState.PARKED``).
     timer_max_attempts: int = MAX_ATTEMPTS
+    #: Webhook endpoints may reach private, loopback and link-local addresses
+    #: (``DUEFLOW_WEBHOOK_ALLOW_PRIVATE``; :mod:`dueflow.notifiers.addresses`).
+    webhook_allow_private: bool = False
     trigger_errors: int = 0
     metrics: Metrics = field(default_factory=Metrics)
 

@@ -18,13 +18,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.exceptions import BackendUnavailable, InvalidInput, InvalidTransition
-from dueflow.notifiers.event_webhook import EventWebhook
+from dueflow.exceptions import BackendUnavailable, InvalidInput, InvalidTransition, NotFound
+from dueflow.notifiers.event_webhook import EventWebhook, Target
 from dueflow.service import events
 from dueflow.service.deps import Deps
 from dueflow.store import events as store
 from dueflow.store import orders
+from dueflow.store import webhook_endpoints as endpoint_store
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,21 @@ LEASE = timedelta(seconds=30)
 
 
 # --- webhook deliveries ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One endpoint a pass delivers to: the settings' one (``id`` None) or one made over the
+    API, with its event-type filter (None: every event)."""
+
+    id: int | None
+    target: Target
+    types: tuple[str, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        """How the log names it (never by its URL, which may carry a token)."""
+        return "events webhook" if self.id is None else f"webhook endpoint {self.id}"
 
 
 @dataclass
@@ -56,16 +73,27 @@ class Stream:
     @property
     def replay(self) -> bool:
         """An operator's replay (not the live stream)."""
-        return self.name != store.LIVE
+        return self.until_seq is not None
 
 
 class _LeaseLost(Exception):
     """Another process took over the deliveries (this one stalled past its lease)."""
 
 
+def endpoint_of(row: Row[Any], now: datetime) -> Endpoint:
+    """An API-made endpoint as a pass delivers to it: signed by its secret and, for a while
+    after a rotation, by the previous one too; its addresses checked at every send."""
+    keys = [row.secret]
+    if row.previous_secret and row.previous_until is not None and row.previous_until > now:
+        keys.append(row.previous_secret)
+    target = Target(row.url, tuple(keys), checked=True)
+    return Endpoint(row.id, target, endpoint_store.types_of(row))
+
+
 class Deliverer:
-    """Delivers the events to the webhook in seq order, one at a time, each until delivered.
-    One process delivers at a time (a lease on the live cursor); the others stand by."""
+    """Delivers the events to every endpoint in seq order, one at a time per endpoint, each
+    until delivered; the endpoints apart, so one that is down holds up no other. One process
+    delivers to an endpoint at a time (a lease on its live cursor); the others stand by."""
 
     def __init__(self, deps: Deps, webhook: EventWebhook) -> None:
         self.deps = deps
@@ -92,15 +120,42 @@ class Deliverer:
         finally:
             await self._step_down()
 
+    async def endpoints(self, now: datetime) -> list[Endpoint]:
+        """The settings' endpoint (if any) and the enabled ones made over the API (one read)."""
+        found = []
+        if self.webhook.configured is not None:
+            found.append(Endpoint(None, self.webhook.configured))
+        async with self.deps.db.read() as conn:
+            rows = await endpoint_store.enabled(conn)
+        return found + [endpoint_of(row, now) for row in rows]
+
     async def deliver_once(self) -> datetime | None:
-        """One pass over every stream; returns when to look again (None: at once, more is
-        waiting)."""
+        """One pass over every endpoint's streams; returns when to look again (None: at once,
+        more is waiting). Nothing to deliver to is one read."""
         now = self.deps.clock.now()
+        idle = now + events.IDLE_PAUSE
+        endpoints = await self.endpoints(now)
+        if not endpoints:
+            return idle
+        held: list[tuple[Endpoint, list[Row[Any]]]] = []
         async with self.deps.db.write() as conn:
-            await store.ensure_live(conn, now)
-            if not await store.take_lease(conn, self.name, now=now, lease=LEASE):
-                return now + events.IDLE_PAUSE
-            rows = await store.cursor_rows(conn)
+            if endpoints[0].id is None:
+                await store.ensure_live(conn, now)
+            for endpoint in endpoints:
+                if await store.take_lease(
+                    conn, self.name, now=now, lease=LEASE, endpoint_id=endpoint.id
+                ):
+                    held.append((endpoint, await store.cursor_rows(conn, endpoint.id)))
+        found = await asyncio.gather(*(self._deliver(e, rows, now) for e, rows in held))
+        if None in found:
+            return None
+        return min([idle, *(at for at in found if at is not None)])
+
+    async def _deliver(
+        self, endpoint: Endpoint, rows: list[Row[Any]], now: datetime
+    ) -> datetime | None:
+        """Send one endpoint's streams (its live one first, then its replays); when to look
+        again (None: at once)."""
         wake_at = now + events.IDLE_PAUSE
         more = False
         for row in rows:
@@ -108,7 +163,7 @@ class Deliverer:
                 wake_at = min(wake_at, row.retry_at)
                 continue
             try:
-                sent, retry_at = await self._send_stream(Stream.of(row))
+                sent, retry_at = await self._send_stream(endpoint, Stream.of(row))
             except _LeaseLost:
                 return now + events.IDLE_PAUSE
             more = more or sent == DELIVERY_BATCH
@@ -116,32 +171,45 @@ class Deliverer:
                 wake_at = min(wake_at, retry_at)
         return None if more else wake_at
 
-    async def _send_stream(self, stream: Stream) -> tuple[int, datetime | None]:
-        """Send the stream's next events in order; stops at the first failure. Returns how many
-        were delivered and, after a failure, when to try again."""
+    async def _send_stream(self, endpoint: Endpoint, stream: Stream) -> tuple[int, datetime | None]:
+        """Send the stream's next events (those of the endpoint's types) in order; stops at the
+        first failure. Returns how many were delivered and, after a failure, when to try
+        again. A short read moves the stream past every event numbered before it (the ones the
+        filter left out, and the end of a replay's range)."""
         async with self.deps.db.read() as conn:
+            numbered = await store.last_seq(conn)
             rows = await store.after(
-                conn, stream.delivered_seq, limit=DELIVERY_BATCH, until=stream.until_seq
+                conn,
+                stream.delivered_seq,
+                limit=DELIVERY_BATCH,
+                until=stream.until_seq,
+                types=endpoint.types,
             )
-        if not rows and stream.until_seq is not None:
-            await self._advance(stream, stream.until_seq)  # nothing (left) in its range
         for sent, row in enumerate(rows):
             if self._stop is not None and self._stop.is_set():
                 return sent, None  # stopping: the rest waits for the next process
             try:
-                await self.webhook.deliver(events.event_json(row), replay=stream.replay)
+                await self.webhook.deliver(
+                    events.event_json(row), replay=stream.replay, target=endpoint.target
+                )
             except BackendUnavailable as exc:
-                return sent, await self._failed(stream, exc.message)
-            await self._advance(stream, row.seq)
+                return sent, await self._failed(endpoint, stream, row.seq, exc.message)
+            await self._advance(endpoint, stream, row.seq)
             self.deps.metrics.event_deliveries.labels(
                 "replayed" if stream.replay else "delivered"
             ).inc()
+        if len(rows) < DELIVERY_BATCH:
+            end = numbered if stream.until_seq is None else min(numbered, stream.until_seq)
+            if end > stream.delivered_seq:
+                await self._advance(endpoint, stream, end)
         return len(rows), None
 
-    async def _advance(self, stream: Stream, seq: int) -> None:
+    async def _advance(self, endpoint: Endpoint, stream: Stream, seq: int) -> None:
         now = self.deps.clock.now()
         async with self.deps.db.write() as conn:
-            if not await store.take_lease(conn, self.name, now=now, lease=LEASE):
+            if not await store.take_lease(
+                conn, self.name, now=now, lease=LEASE, endpoint_id=endpoint.id
+            ):
                 raise _LeaseLost
             if not await store.advance(
                 conn,
@@ -154,13 +222,14 @@ class Deliverer:
                 raise _LeaseLost
         stream.delivered_seq, stream.failures = seq, 0
 
-    async def _failed(self, stream: Stream, error: str) -> datetime:
+    async def _failed(self, endpoint: Endpoint, stream: Stream, seq: int, error: str) -> datetime:
         self.deps.metrics.event_deliveries.labels("failed").inc()
         now = self.deps.clock.now()
         retry_at = now + events.backoff(stream.failures)
         log.warning(
-            "events webhook: %s not delivered (%s); next try in %s",
-            events.delivery_id(stream.delivered_seq + 1),
+            "%s: %s not delivered (%s); next try in %s",
+            endpoint.label,
+            events.delivery_id(seq),
             error,
             retry_at - now,
         )
@@ -176,12 +245,12 @@ class Deliverer:
         return retry_at
 
     async def _step_down(self) -> None:
-        """Give the lease back (another process takes over at once) and close the client."""
+        """Give the leases back (another process takes over at once) and close the client."""
         try:
             async with self.deps.db.write() as conn:
                 await store.give_up_lease(conn, self.name)
-        except Exception as exc:  # the lease then simply runs out
-            log.warning("could not give back the events lease: %s", exc)
+        except Exception as exc:  # the leases then simply run out
+            log.warning("could not give back the events leases: %s", exc)
         await self.webhook.close()
 
 
@@ -206,25 +275,30 @@ async def _wake_at_stop(stop: asyncio.Event, wakes: tuple[asyncio.Event, ...]) -
 # --- operators -------------------------------------------------------------------------------
 
 
-async def replay(deps: Deps, *, first: int, last: int | None = None, actor: str) -> str:
-    """Deliver the events ``first`` to ``last`` (by seq; one event without ``last``) again, as
-    separate deliveries with the same ids. Returns what was queued.
+async def replay(
+    deps: Deps, *, first: int, last: int | None = None, actor: str, endpoint_id: int | None = None
+) -> str:
+    """Deliver the events ``first`` to ``last`` (by seq; one event without ``last``) again to
+    one endpoint (None: the settings' one), as separate deliveries with the same ids; those
+    its filter leaves out are not sent. Returns what was queued.
 
     Raises:
         InvalidInput: an empty range, or one past the last numbered event.
+        NotFound: no such endpoint.
     """
     last = first if last is None else last
     if not 1 <= first <= last:
         raise InvalidInput("a replay goes from a first event to a last one, both from 1 up")
     now = deps.clock.now()
     async with deps.db.write() as conn:
+        await _endpoint_row(conn, endpoint_id)
         newest = await store.last_seq(conn)
         if last > newest:
             raise InvalidInput(
                 f"there is no event {events.delivery_id(last)} yet (the last is {newest})"
             )
         name = f"replay-{now:%Y%m%d%H%M%S}-{secrets.token_hex(4)}"
-        await store.add_replay(conn, name, first, last, by=actor, now=now)
+        await store.add_replay(conn, name, first, last, by=actor, now=now, endpoint_id=endpoint_id)
     what = (
         events.delivery_id(first)
         if first == last
@@ -233,7 +307,21 @@ async def replay(deps: Deps, *, first: int, last: int | None = None, actor: str)
     return f"{what} queued to be delivered again"
 
 
-async def skip(deps: Deps, *, seq: int, actor: str) -> str:
+async def _endpoint_row(conn: AsyncConnection, endpoint_id: int | None) -> Row[Any] | None:
+    """The API-made endpoint ``endpoint_id`` (None for the settings' one).
+
+    Raises:
+        NotFound: there is no such endpoint.
+    """
+    if endpoint_id is None:
+        return None
+    row = await endpoint_store.get(conn, endpoint_id)
+    if row is None:
+        raise NotFound(f"no webhook endpoint {endpoint_id}")
+    return row
+
+
+async def skip(deps: Deps, *, seq: int, actor: str, endpoint_id: int | None = None) -> str:
     """Give up on the event the webhook is stuck on (a host that refuses it for good would hold
     every later event back forever): the live position moves past it. The event stays in the
     feed and can be replayed; the skip is logged and written as an ``event_skipped`` event of
@@ -242,13 +330,16 @@ async def skip(deps: Deps, *, seq: int, actor: str) -> str:
     Raises:
         InvalidTransition: no webhook stream, or ``seq`` is not the event it waits on (it was
             delivered meanwhile, or another is first).
+        NotFound: no such endpoint.
     """
     now = deps.clock.now()
     async with deps.db.write() as conn:
-        live = await store.live_cursor(conn)
+        row = await _endpoint_row(conn, endpoint_id)
+        live = await store.live_cursor(conn, endpoint_id)
         if live is None:
             raise InvalidTransition("no events webhook has delivered anything to skip in")
-        waiting = await store.after(conn, int(live.delivered_seq), limit=1)
+        types = endpoint_store.types_of(row) if row is not None else None
+        waiting = await store.after(conn, int(live.delivered_seq), limit=1, types=types)
         if not waiting or waiting[0].seq != seq:
             first = events.delivery_id(waiting[0].seq) if waiting else "nothing"
             raise InvalidTransition(f"the webhook waits on {first}, not {events.delivery_id(seq)}")

@@ -33,11 +33,15 @@ event_sequence = Table(
     Column("last_seq", BigInteger, nullable=False),
 )
 
-#: Where each webhook delivery stream stands: the live stream (name "live", whose lease says
-#: which process delivers) and operators' replays of one event or a range.
+#: Where each webhook delivery stream stands: each endpoint's live stream (name "live" for the
+#: settings' endpoint, "endpoint-<id>" for the others; its lease says which process delivers to
+#: that endpoint) and operators' replays of one event or a range to one endpoint.
 event_deliveries = table_with_id(
     "event_deliveries",
     Column("name", String(40), nullable=False, unique=True),
+    # The API-made endpoint (webhook_endpoints.id) the stream delivers to; NULL: the endpoint
+    # of the settings (DUEFLOW_EVENTS_WEBHOOK_URL), whose live stream is named "live".
+    Column("endpoint_id", Id),
     # Every event up to this seq has been delivered (a replay starts one before its first).
     Column("delivered_seq", BigInteger, nullable=False),
     Column("until_seq", BigInteger),  # a replay's last event; NULL for the live stream

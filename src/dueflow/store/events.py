@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import orjson
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     Row,
     String,
     bindparam,
@@ -251,12 +252,16 @@ async def after(
     limit: int,
     until: int | None = None,
     user_id: int | None = None,
+    types: Sequence[str] | None = None,
 ) -> list[Row[Any]]:
     """The numbered events after ``seq`` (up to ``until``), in seq order; with ``user_id``
-    only those of orders where that user is the buyer or the seller."""
+    only those of orders where that user is the buyer or the seller, with ``types`` only those
+    events."""
     query = select(order_events).where(e.seq > seq).order_by(e.seq).limit(limit)
     if until is not None:
         query = query.where(e.seq <= until)
+    if types is not None:
+        query = query.where(e.event.in_(types))
     if user_id is not None:
         mine = select(orders.c.id).where(
             or_(orders.c.buyer_id == user_id, orders.c.seller_id == user_id)
@@ -268,44 +273,72 @@ async def after(
 # --- delivery cursors ------------------------------------------------------------------------
 
 
-async def cursor_rows(conn: AsyncConnection) -> list[Row[Any]]:
-    """The live stream's cursor (first) and the replays not yet done, oldest first."""
+def live_name(endpoint_id: int | None = None) -> str:
+    """The name of an endpoint's live stream: ``live`` for the settings' endpoint (None),
+    ``endpoint-<id>`` for one made over the API."""
+    return LIVE if endpoint_id is None else f"endpoint-{endpoint_id}"
+
+
+def _of_endpoint(endpoint_id: int | None) -> ColumnElement[bool]:
+    return d.endpoint_id.is_(None) if endpoint_id is None else d.endpoint_id == endpoint_id
+
+
+async def cursor_rows(conn: AsyncConnection, endpoint_id: int | None = None) -> list[Row[Any]]:
+    """One endpoint's live stream's cursor (first) and its replays not yet done, oldest
+    first."""
     query = (
         select(event_deliveries)
-        .where(d.done_at.is_(None))
-        .order_by((d.name != LIVE), d.id)  # the live stream first
+        .where(d.done_at.is_(None), _of_endpoint(endpoint_id))
+        .order_by((d.until_seq.is_not(None)), d.id)  # the live stream first
     )
     return list((await conn.execute(query)).all())
 
 
-async def live_cursor(conn: AsyncConnection) -> Row[Any] | None:
-    """The live stream's cursor; None until a process with a webhook URL has run."""
-    return (await conn.execute(select(event_deliveries).where(d.name == LIVE))).first()
+async def live_cursor(conn: AsyncConnection, endpoint_id: int | None = None) -> Row[Any] | None:
+    """An endpoint's live stream's cursor; None until a process has delivered to it."""
+    query = select(event_deliveries).where(d.name == live_name(endpoint_id))
+    return (await conn.execute(query)).first()
 
 
-async def ensure_live(conn: AsyncConnection, now: datetime) -> None:
-    """Create the live stream's cursor at the start of the feed if it is missing (the first
-    process with a webhook URL); another process creating it at the same time is fine."""
-    if await live_cursor(conn) is not None:
+async def ensure_live(
+    conn: AsyncConnection, now: datetime, endpoint_id: int | None = None, *, start: int = 0
+) -> None:
+    """Create an endpoint's live stream's cursor after event ``start`` if it is missing (the
+    first process that delivers to it); another process creating it at the same time is
+    fine."""
+    if await live_cursor(conn, endpoint_id) is not None:
         return
     try:
         async with conn.begin_nested():
             await conn.execute(
                 insert(event_deliveries).values(
-                    name=LIVE, delivered_seq=0, failures=0, created_at=now, updated_at=now
+                    name=live_name(endpoint_id),
+                    endpoint_id=endpoint_id,
+                    delivered_seq=start,
+                    failures=0,
+                    created_at=now,
+                    updated_at=now,
                 )
             )
     except IntegrityError:
         return
 
 
-async def take_lease(conn: AsyncConnection, owner: str, *, now: datetime, lease: timedelta) -> bool:
-    """Take (or keep) the right to deliver, for ``lease``: one process delivers at a time, so
-    events go out one by one in seq order. False while another process holds it."""
+async def take_lease(
+    conn: AsyncConnection,
+    owner: str,
+    *,
+    now: datetime,
+    lease: timedelta,
+    endpoint_id: int | None = None,
+) -> bool:
+    """Take (or keep) the right to deliver to one endpoint, for ``lease``: one process
+    delivers to it at a time, so its events go out one by one in seq order. False while
+    another process holds it."""
     result = await conn.execute(
         update(event_deliveries)
         .where(
-            d.name == LIVE,
+            d.name == live_name(endpoint_id),
             or_(d.owner.is_(None), d.owner == owner, d.lease_until < now),
         )
         .values(owner=owner, lease_until=now + lease)
@@ -314,11 +347,10 @@ async def take_lease(conn: AsyncConnection, owner: str, *, now: datetime, lease:
 
 
 async def give_up_lease(conn: AsyncConnection, owner: str) -> None:
-    """Let another process deliver at once (this one is stopping)."""
+    """Let another process deliver at once to every endpoint ``owner`` held (it is
+    stopping)."""
     await conn.execute(
-        update(event_deliveries)
-        .where(d.name == LIVE, d.owner == owner)
-        .values(owner=None, lease_until=None)
+        update(event_deliveries).where(d.owner == owner).values(owner=None, lease_until=None)
     )
 
 
@@ -366,23 +398,44 @@ async def failed(
     )
 
 
-async def backlog(conn: AsyncConnection) -> int:
-    """Events the live stream has not delivered yet, numbered or not; 0 while no process has
-    had a webhook URL (nothing is waiting to be delivered anywhere)."""
-    live = await live_cursor(conn)
+async def backlog(
+    conn: AsyncConnection, endpoint_id: int | None = None, types: Sequence[str] | None = None
+) -> int:
+    """Events an endpoint's live stream has not delivered yet, numbered or not (with
+    ``types``, only those); 0 while nothing has delivered to it."""
+    live = await live_cursor(conn, endpoint_id)
     if live is None:
         return 0
-    waiting = max(0, await last_seq(conn) - int(live.delivered_seq))
-    return waiting + await count_unnumbered(conn)
+    if types is None:
+        waiting = max(0, await last_seq(conn) - int(live.delivered_seq))
+        return waiting + await count_unnumbered(conn)
+    query = (
+        select(func.count())
+        .select_from(order_events)
+        .where(
+            or_(e.seq > int(live.delivered_seq), e.seq.is_(None)),
+            e.event.in_(types),
+        )
+    )
+    return int((await conn.execute(query)).scalar_one())
 
 
 async def add_replay(
-    conn: AsyncConnection, name: str, first: int, last: int, *, by: str, now: datetime
+    conn: AsyncConnection,
+    name: str,
+    first: int,
+    last: int,
+    *,
+    by: str,
+    now: datetime,
+    endpoint_id: int | None = None,
 ) -> None:
-    """A replay of the events ``first`` to ``last`` (by seq), delivered again from the start."""
+    """A replay of the events ``first`` to ``last`` (by seq) to one endpoint, delivered again
+    from the start."""
     await conn.execute(
         insert(event_deliveries).values(
             name=name,
+            endpoint_id=endpoint_id,
             delivered_seq=first - 1,
             until_seq=last,
             failures=0,

@@ -10,6 +10,7 @@ here, so callers keep ``schema.orders``, ``schema.timers``, ...:
 - ``_schema_timers``: timers, reminders
 - ``_schema_events``: order_events, event_sequence, event_deliveries
 - ``_schema_keys``: api_keys
+- ``_schema_webhooks``: webhook_endpoints
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dueflow.store._schema_payments import discrepancies, notifications, payment
 from dueflow.store._schema_shop import coupon_templates, coupons, flash_buyers, flash_sales, skus
 from dueflow.store._schema_shows import seat_holds, seats, show_buyers, shows, tickets
 from dueflow.store._schema_timers import LIVE_TIMERS, PARKED_TIMERS, reminders, timers
+from dueflow.store._schema_webhooks import webhook_endpoints
 from dueflow.store.types import Id
 
 __all__ = [
@@ -62,4 +64,5 @@ __all__ = [
     "tickets",
     "timers",
     "users",
+    "webhook_endpoints",
 ]
