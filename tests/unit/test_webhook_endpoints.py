@@ -280,3 +280,31 @@ async def test_an_endpoint_is_listed_by_cursor_updated_and_deleted(world):
     await webhook_endpoints.delete(world.deps, made[0]["id"], actor="user:1")
     with pytest.raises(NotFound):
         await webhook_endpoints.show(world.deps, made[0]["id"])
+
+
+async def test_over_the_api_the_secret_is_shown_at_creation_and_rotation_only(world, caplog):
+    from tests.unit.api import running_api
+
+    caplog.set_level("DEBUG")
+    async with running_api(world.deps) as api:
+        made = await api.call(
+            "POST", "/api/admin/webhooks", "admin", json={"url": "http://93.184.216.34/h"}
+        )
+        assert made.status_code == 201 and made.json()["secret"].startswith("whsec_")
+        endpoint_id = made.json()["id"]
+        rotated = await api.call(
+            "POST", f"/api/admin/webhooks/{endpoint_id}/rotate", "admin", json={}
+        )
+        shown = [
+            (await api.call("GET", "/api/admin/webhooks", "admin")).text,
+            (await api.call("GET", f"/api/admin/webhooks/{endpoint_id}", "admin")).text,
+            (
+                await api.call(
+                    "PATCH", f"/api/admin/webhooks/{endpoint_id}", "admin", json={"enabled": False}
+                )
+            ).text,
+        ]
+    for secret in (made.json()["secret"], rotated.json()["secret"]):
+        assert all(secret not in text for text in shown)
+        assert secret not in caplog.text
+        assert secret[6:] not in caplog.text

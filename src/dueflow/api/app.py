@@ -25,6 +25,7 @@ from dueflow.api import (
     refunds,
     shop,
     shows,
+    webhooks,
 )
 from dueflow.service import readiness, report
 from dueflow.service.deps import Deps
@@ -52,6 +53,7 @@ def create_app(
     app.include_router(shows.router(deps))
     app.include_router(shop.router(deps))
     app.include_router(events.router(deps))
+    app.include_router(webhooks.router(deps))
     app.include_router(notify.router(deps))
     app.include_router(
         admin_pages.router(

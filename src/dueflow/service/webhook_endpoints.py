@@ -176,9 +176,9 @@ async def update(
         values["event_types"] = store.types_text(checked_types(changes["event_types"]))
     if "description" in changes:
         values["description"] = _description(changes["description"])
-    if "enabled" in changes:
+    if changes.get("enabled") is not None:
         values["enabled"] = bool(changes["enabled"])
-    if "url" in changes:
+    if changes.get("url") is not None:
         values["url"] = await addresses.check_url(
             str(changes["url"]), allow_private=deps.webhook_allow_private
         )

@@ -14,7 +14,19 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from dueflow.api import admin, errors, events, goods, keys, lists, orders, refunds, shop, shows
+from dueflow.api import (
+    admin,
+    errors,
+    events,
+    goods,
+    keys,
+    lists,
+    orders,
+    refunds,
+    shop,
+    shows,
+    webhooks,
+)
 from dueflow.payments.base import (
     Attempt,
     CloseOutcome,
@@ -277,6 +289,7 @@ def build_app(deps: Deps) -> FastAPI:
     app.include_router(keys.router(deps))
     app.include_router(shows.router(deps))
     app.include_router(shop.router(deps))
+    app.include_router(webhooks.router(deps))
     return app
 
 

@@ -94,6 +94,17 @@ async def flash_sale_body(api: Api, sku_id: int) -> dict[str, Any]:
     }
 
 
+async def webhook_endpoint(api: Api) -> int:
+    """An endpoint (at a public address: nothing is sent in these tests) and a numbered event
+    to replay."""
+    from dueflow.service import events, webhook_endpoints
+
+    await api.order()
+    await events.sequence(api.deps)
+    made = await webhook_endpoints.create(api.deps, url="http://93.184.216.34/hook", actor="user:1")
+    return int(made["id"])
+
+
 @dataclass
 class Route:
     """A route, the state it is called in, and each caller's expected status, in calling order
@@ -291,6 +302,39 @@ ROUTES = {
         setup=Api.refund,
         body={"reference": "bank transfer 0042"},
     ),
+    "make webhook endpoint": Route(
+        "POST",
+        "/api/admin/webhooks",
+        {**ADMIN_ONLY_GET, "admin": 201},
+        body={"url": "http://93.184.216.34/hook", "event_types": ["pay"]},
+    ),
+    "list webhook endpoints": Route("GET", "/api/admin/webhooks", ADMIN_ONLY_GET),
+    "show webhook endpoint": Route(
+        "GET", "/api/admin/webhooks/{id}", ADMIN_ONLY_GET, setup=webhook_endpoint
+    ),
+    "change webhook endpoint": Route(
+        "PATCH",
+        "/api/admin/webhooks/{id}",
+        ADMIN_ONLY_GET,
+        setup=webhook_endpoint,
+        body={"enabled": False},
+    ),
+    "rotate webhook secret": Route(
+        "POST", "/api/admin/webhooks/{id}/rotate", ADMIN_ONLY_GET, setup=webhook_endpoint, body={}
+    ),
+    "replay to webhook endpoint": Route(
+        "POST",
+        "/api/admin/webhooks/{id}/replay",
+        ADMIN_ONLY_GET,
+        setup=webhook_endpoint,
+        body={"first": 1},
+    ),
+    "delete webhook endpoint": Route(
+        "DELETE",
+        "/api/admin/webhooks/{id}",
+        {**ADMIN_ONLY_GET, "admin": 204},
+        setup=webhook_endpoint,
+    ),
     # Lists answer every user, each with what they may see (test_lists.py says what that is).
     "list goods": Route("GET", "/api/goods", ANY_USER_GET, setup=Api.goods),
     "list goods of a seller": Route("GET", "/api/goods?seller_id=1", ANY_USER_GET),
@@ -452,6 +496,19 @@ BAD_INPUT = [
     ("GET", "/api/goods?after=bogus", {}, 422),
     ("GET", "/api/orders?flow=lottery", {}, 422),
     ("GET", "/api/orders?status=lost", {}, 422),
+    ("POST", "/api/admin/webhooks", {"json": {"url": "http://127.0.0.1/hook"}}, 422),
+    ("POST", "/api/admin/webhooks", {"json": {"url": "http://10.0.0.1/hook"}}, 422),
+    ("POST", "/api/admin/webhooks", {"json": {"url": "http://169.254.169.254/"}}, 422),
+    ("POST", "/api/admin/webhooks", {"json": {"url": "gopher://93.184.216.34/"}}, 422),
+    ("POST", "/api/admin/webhooks", {"json": {"url": "http://93.184.216.34/", "x": 1}}, 422),
+    (
+        "POST",
+        "/api/admin/webhooks",
+        {"json": {"url": "http://1.1.1.1/", "event_types": ["X"]}},
+        422,
+    ),
+    ("GET", "/api/admin/webhooks?after=bogus", {}, 422),
+    ("GET", "/api/admin/webhooks/999", {}, 404),
 ]
 
 
