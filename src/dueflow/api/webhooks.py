@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
@@ -182,10 +182,10 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer({"message": told})
 
-    @routes.delete("/{endpoint_id}", status_code=204, responses=errors(404, 422))
-    async def delete_endpoint(endpoint_id: Id, request: Request) -> Response:
-        """Delete the endpoint and its streams."""
+    @routes.delete("/{endpoint_id}", response_model=Queued, responses=errors(404, 422))
+    async def delete_endpoint(endpoint_id: Id, request: Request) -> JSONResponse:
+        """Delete the endpoint and its streams (what it has not delivered is not sent)."""
         await webhook_endpoints.delete(deps, endpoint_id, actor=actor(request))
-        return Response(status_code=204)
+        return answer({"message": f"webhook endpoint {endpoint_id} deleted"})
 
     return routes

@@ -332,7 +332,7 @@ ROUTES = {
     "delete webhook endpoint": Route(
         "DELETE",
         "/api/admin/webhooks/{id}",
-        {**ADMIN_ONLY_GET, "admin": 204},
+        ADMIN_ONLY_GET,
         setup=webhook_endpoint,
     ),
     # Lists answer every user, each with what they may see (test_lists.py says what that is).

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dueflow.api.app import create_app
 from dueflow.payments.base import RefundResult
 from dueflow.service import events as event_service
+from dueflow.service import webhook_endpoints
 from dueflow.store import payments as payments_store
 from dueflow.store import schema
 from tests.unit.api import Api, running_api, table_snapshot
@@ -106,6 +107,7 @@ ID_OF = {
     "template_id": schema.coupon_templates,
     "sale_id": schema.flash_sales,
     "key_id": schema.api_keys,
+    "endpoint_id": schema.webhook_endpoints,
 }
 
 
@@ -127,6 +129,7 @@ async def seeded(world) -> AsyncIterator[Seeded]:
         await api.shop_order({await api.sku(): 2}, coupon=await api.coupon())
         await api.flash_sale()
         await api.service_key("orders")
+        await webhook_endpoints.create(api.deps, url="http://93.184.216.34/hook", actor="user:1")
         async with api.deps.db.read() as conn:
             ids = {
                 name: list((await conn.execute(select(table.c.id))).scalars())
