@@ -8,7 +8,7 @@ command groups registered on it, one module each.
 - ``migrate.py``, ``status.py``, ``simulator.py``, ``demo.py``: the commands of those names
 - ``keys.py``: ``dueflow keys`` (service keys)
 - ``users.py``, ``goods.py``, ``orders.py``, ``payments.py``, ``refunds.py``, ``shows.py`` and
-  ``shop.py`` (``skus``, ``coupons``, ``flash``): the groups of those names
+  ``shop.py`` (``skus``, ``coupons``, ``flash``), ``webhooks.py``: the groups of those names
 
 A command imports the modules it needs when it runs (:mod:`dueflow.cli._lazy`), so
 ``dueflow --help`` starts without SQLAlchemy, the API or the providers.
@@ -33,6 +33,7 @@ from dueflow.cli import (
     status,
     timers,
     users,
+    webhooks,
     worker,
 )
 
@@ -62,6 +63,7 @@ app.add_typer(shop.skus_app, name="skus")
 app.add_typer(shop.coupons_app, name="coupons")
 app.add_typer(shop.flash_app, name="flash")
 app.add_typer(shows.app, name="shows")
+app.add_typer(webhooks.app, name="webhooks")
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         shop,
         shop_overview,
         tickets,
+        webhook_endpoints,
         webhooks,
     )
     from dueflow.service import keys as service_keys
@@ -51,6 +52,7 @@ else:
     shop_overview = LazyModule("dueflow.service.shop_overview")
     tickets = LazyModule("dueflow.service.tickets")
     service_keys = LazyModule("dueflow.service.keys")
+    webhook_endpoints = LazyModule("dueflow.service.webhook_endpoints")
     webhooks = LazyModule("dueflow.service.webhooks")
     migrations = LazyModule("dueflow.store.migrate")
     show_states = LazyModule("dueflow.store.shows")
@@ -73,5 +75,6 @@ __all__ = [
     "shop_overview",
     "show_states",
     "tickets",
+    "webhook_endpoints",
     "webhooks",
 ]
