@@ -129,7 +129,10 @@ async def test_a_disabled_endpoint_gets_nothing_and_a_new_one_starts_after_the_l
     assert second.got == []
 
 
-async def test_a_rotated_secret_signs_with_the_old_one_beside_it_for_a_while(world, receivers):
+async def test_a_rotated_secret_signs_with_the_old_one_beside_it_for_a_while(
+    backend_world, receivers
+):
+    world = backend_world
     world.deps.webhook_allow_private = True
     receiver = receivers[0]
     made = await webhook_endpoints.create(world.deps, url=receiver.url, actor="user:1")

@@ -88,15 +88,19 @@ async def rotate(
     now: datetime,
 ) -> bool:
     """Sign with ``secret`` from now on; the old secret signs too until ``keep_old_until``
-    (None: at once no more). False when there is no such endpoint."""
+    (None: at once no more). False when there is no such endpoint.
+
+    The old secret is copied before the new one is set, in that order: MariaDB gives a later
+    assignment the values of the earlier ones (``previous_secret = secret`` after
+    ``secret = :new`` would keep the new secret twice)."""
     result = await conn.execute(
         update(webhook_endpoints)
         .where(w.id == endpoint_id)
-        .values(
-            previous_secret=w.secret if keep_old_until is not None else None,
-            previous_until=keep_old_until,
-            secret=secret,
-            updated_at=now,
+        .ordered_values(
+            (w.previous_secret, w.secret if keep_old_until is not None else None),
+            (w.previous_until, keep_old_until),
+            (w.secret, secret),
+            (w.updated_at, now),
         )
     )
     return result.rowcount == 1
