@@ -7,7 +7,8 @@ with a redirect (post, redirect, get). Actions report back through a one-shot fl
 
 One module per area, each adding its pages with ``add_routes(routes, pages)``: ``session``
 (static files, login, logout), ``dashboard``, ``orders``, ``refunds`` (the queue and its
-actions), ``timers``, ``events`` (the webhook's replay and skip), ``shows``, ``shop`` and ``keys`` (service keys);
+actions), ``timers``, ``events`` (the webhook's replay and skip), ``webhooks`` (the webhook
+endpoints and their actions), ``shows``, ``shop`` and ``keys`` (service keys);
 ``site`` holds what they share (:class:`~dueflow.api.admin_pages.site.Pages`). The templates
 and static files are in ``api/templates`` and ``api/static``.
 """
@@ -29,6 +30,7 @@ from dueflow.api.admin_pages import (
     shop,
     shows,
     timers,
+    webhooks,
 )
 from dueflow.api.admin_pages.site import Pages
 from dueflow.service.deps import Deps
@@ -41,6 +43,7 @@ AREAS = (
     refunds.add_routes,
     timers.add_routes,
     events.add_routes,
+    webhooks.add_routes,
     shows.add_routes,
     shop.add_routes,
     keys.add_routes,

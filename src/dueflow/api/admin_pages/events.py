@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from dueflow.api.admin_pages.site import Pages, id_of
+from dueflow.api.admin_pages.site import Pages, id_of, seq_range
 from dueflow.exceptions import InvalidInput
 from dueflow.service import webhooks
 
@@ -17,10 +17,7 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
     @routes.post("/events/replay")
     async def replay_events(request: Request) -> Response:
         async def go(actor: str, form: dict[str, str]) -> str:
-            first = id_of(form.get("first", "").strip())
-            last = id_of(form.get("last", "").strip() or form.get("first", "").strip())
-            if first is None or last is None:
-                raise InvalidInput("a replay takes the seq of its first (and last) event")
+            first, last = seq_range(form)
             return await webhooks.replay(deps, first=first, last=last, actor=actor)
 
         return await pages.act_on_form(request, go)

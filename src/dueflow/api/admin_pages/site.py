@@ -19,7 +19,7 @@ from fastapi.templating import Jinja2Templates
 
 from dueflow.api import errors
 from dueflow.domain import text
-from dueflow.exceptions import DomainError, DueflowError, NotFound
+from dueflow.exceptions import DomainError, DueflowError, InvalidInput, NotFound
 from dueflow.service import sessions
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
@@ -44,6 +44,9 @@ HEADERS = {
 
 
 T = TypeVar("T")
+
+#: A form's refusal as a page of its own: ``(request, user, form, exc)`` to the answer.
+Refused = Callable[[Request, User, dict[str, str], DomainError], Awaitable[Response]]
 
 
 class Pages:
@@ -178,23 +181,42 @@ class Pages:
         return await self.act_on_form(request, lambda actor, _: action(actor))
 
     async def act_on_form(
-        self, request: Request, action: Callable[[str, dict[str, str]], Awaitable[str]]
+        self,
+        request: Request,
+        action: Callable[[str, dict[str, str]], Awaitable[str]],
+        refused: Refused | None = None,
     ) -> Response:
         """:meth:`act` for an action that reads the form's fields: ``action(actor, form)``."""
+
+        async def go(user: User, form: dict[str, str]) -> Response:
+            return self.back(form.get("back", "/admin"), await action(f"user:{user.id}", form))
+
+        return await self.answer_form(request, go, refused)
+
+    async def answer_form(
+        self,
+        request: Request,
+        answer: Callable[[User, dict[str, str]], Awaitable[Response]],
+        refused: Refused | None = None,
+    ) -> Response:
+        """``answer(user, form)`` for a checked POST. A refusal (DomainError) is the flash on
+        the page the form came from (``back``), or ``refused(request, user, form, exc)``'s page
+        when given; a failure to try again (busy, unreachable) is always the flash."""
         user, form = await self.checked(request)
         if user is None:
             return forbidden(self, request)
-        refused = refused_field(form)
-        if refused is not None:
-            return self.problem(request, user, 422, "Bad input", refused)
+        bad = refused_field(form)
+        if bad is not None:
+            return self.problem(request, user, 422, "Bad input", bad)
         back = form.get("back", "/admin")
         try:
-            done = await action(f"user:{user.id}", form)
+            return await answer(user, form)
         except DomainError as exc:
+            if refused is not None:
+                return await refused(request, user, form, exc)
             return self.back(back, f"Refused: {exc.message}")
         except DueflowError as exc:  # busy, a provider or the database unreachable
             return self.back(back, f"Not done, try again: {errors.public_message(exc)}")
-        return self.back(back, done)
 
 
 def local(to: str) -> str:
@@ -215,6 +237,19 @@ def id_of(value: str | None) -> int | None:
     if value is None or ID.fullmatch(value) is None or not 1 <= int(value) <= MAX_ID:
         return None
     return int(value)
+
+
+def seq_range(form: dict[str, str]) -> tuple[int, int]:
+    """A replay form's events: the seqs ``first`` to ``last`` (``first`` alone without it).
+
+    Raises:
+        InvalidInput: ``first`` (or ``last``) is no seq.
+    """
+    first = id_of(form.get("first", "").strip())
+    last = id_of(form.get("last", "").strip() or form.get("first", "").strip())
+    if first is None or last is None:
+        raise InvalidInput("a replay takes the seq of its first (and last) event")
+    return first, last
 
 
 def refused_field(form: dict[str, str]) -> str | None:
