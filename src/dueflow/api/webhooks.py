@@ -120,9 +120,6 @@ def router(deps: Deps) -> APIRouter:
         "/api/admin/webhooks", auth.current_admin(deps), [401, 403, 413, 503], tag="webhooks"
     )
 
-    def actor(request: Request) -> str:
-        return f"user:{auth.caller(request).id}"
-
     @routes.post("", status_code=201, response_model=EndpointSecret, responses=errors(400, 422))
     async def create_endpoint(body: NewEndpoint, request: Request) -> JSONResponse:
         """Make an endpoint; its ``whsec_`` secret is shown only here. A URL that is not
@@ -133,7 +130,7 @@ def router(deps: Deps) -> APIRouter:
             url=body.url,
             event_types=body.event_types,
             description=body.description,
-            actor=actor(request),
+            actor=auth.actor(request),
         )
         return answer(made, 201)
 
@@ -157,7 +154,9 @@ def router(deps: Deps) -> APIRouter:
         event), enable or disable it, or its description."""
         changes = body.model_dump(exclude_unset=True)
         return answer(
-            await webhook_endpoints.update(deps, endpoint_id, changes=changes, actor=actor(request))
+            await webhook_endpoints.update(
+                deps, endpoint_id, changes=changes, actor=auth.actor(request)
+            )
         )
 
     @routes.post(
@@ -169,7 +168,7 @@ def router(deps: Deps) -> APIRouter:
         keep = timedelta(seconds=body.keep_old_for_seconds)
         return answer(
             await webhook_endpoints.rotate(
-                deps, endpoint_id, keep_old_for=keep, actor=actor(request)
+                deps, endpoint_id, keep_old_for=keep, actor=auth.actor(request)
             )
         )
 
@@ -178,14 +177,14 @@ def router(deps: Deps) -> APIRouter:
         """Deliver the events ``first`` to ``last`` (one without ``last``) again to this
         endpoint, with their ids and ``Dueflow-Replay: true``."""
         told = await webhook_endpoints.replay(
-            deps, endpoint_id, first=body.first, last=body.last, actor=actor(request)
+            deps, endpoint_id, first=body.first, last=body.last, actor=auth.actor(request)
         )
         return answer({"message": told})
 
     @routes.delete("/{endpoint_id}", response_model=Queued, responses=errors(404, 422))
     async def delete_endpoint(endpoint_id: Id, request: Request) -> JSONResponse:
         """Delete the endpoint and its streams (what it has not delivered is not sent)."""
-        await webhook_endpoints.delete(deps, endpoint_id, actor=actor(request))
+        await webhook_endpoints.delete(deps, endpoint_id, actor=auth.actor(request))
         return answer({"message": f"webhook endpoint {endpoint_id} deleted"})
 
     return routes
