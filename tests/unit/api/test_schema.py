@@ -480,6 +480,17 @@ async def test_every_answer_of_a_whole_life_matches_the_schema(api, world):
     page = (await call("GET", "/api/events?limit=2", "buyer")).json()
     await call("GET", "/api/events", "admin", params={"after": page["next"]})
     await call("GET", "/api/events?after=not-a-cursor", "admin")
+    # the webhook endpoints: one made (its secret in that answer), listed, shown, disabled, its
+    # secret rotated, an event replayed to it, deleted
+    hook = {"url": "http://93.184.216.34/hooks", "event_types": ["place"]}
+    made = await call("POST", "/api/admin/webhooks", "admin", json=hook)
+    endpoint = f"/api/admin/webhooks/{made.json()['id']}"
+    await call("GET", "/api/admin/webhooks", "admin")
+    await call("GET", endpoint, "admin")
+    await call("PATCH", endpoint, "admin", json={"enabled": False})
+    await call("POST", f"{endpoint}/rotate", "admin", json={})
+    await call("POST", f"{endpoint}/replay", "admin", json={"first": 1})
+    await call("DELETE", endpoint, "admin")
     # and the errors
     await call("GET", f"/api/orders/{order_id}", None)
     await call("GET", "/api/admin/summary", "buyer")
