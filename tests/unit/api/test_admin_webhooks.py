@@ -15,6 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from dueflow.api import admin_pages
 from dueflow.api.app import create_app
 from dueflow.notifiers.event_webhook import EventWebhook
 from dueflow.service import accounts, events, webhook_endpoints, webhooks
@@ -44,16 +45,17 @@ def secret_on(page: httpx.Response) -> str:
     return secret
 
 
-async def everywhere(client: httpx.AsyncClient, endpoint_id: int) -> str:
-    """Every page and JSON answer an endpoint shows on, as one text."""
-    paths = (
-        "/admin/webhooks",
-        "/admin",
-        "/api/admin/webhooks",
-        f"/api/admin/webhooks/{endpoint_id}",
-    )
+async def everywhere(client: httpx.AsyncClient, world, endpoint_id: int) -> str:
+    """Every admin page a GET reaches (ids filled with the endpoint's) and the endpoint's JSON
+    answers, with their headers, as one text."""
+    routes = admin_pages.router(world.deps).routes
+    pages = {r.path for r in routes if "GET" in getattr(r, "methods", ())}
+    assert {"/admin", "/admin/webhooks"} <= pages and len(pages) > 10
+    paths = [re.sub(r"\{[^}]+\}", str(endpoint_id), path) for path in sorted(pages)]
     answers = [await client.get(path) for path in paths]
-    assert [a.status_code for a in answers] == [200] * len(paths)
+    for path in ("/admin/webhooks", "/api/admin/webhooks", f"/api/admin/webhooks/{endpoint_id}"):
+        answers.append(await client.get(path))
+        assert answers[-1].status_code == 200, path
     return "\n".join(a.text + str(a.headers) for a in answers)
 
 
@@ -115,7 +117,9 @@ async def test_the_secret_is_shown_on_the_answer_to_make_and_rotate_only(
     [endpoint] = (await webhook_endpoints.page(backend_world.deps, after=None, limit=5)).items
     assert (endpoint["url"], endpoint["event_types"]) == (PUBLIC, ["pay", "place"])
     assert f"#{endpoint['id']} made" in made.text and "not shown again" in made.text
-    assert first.startswith("whsec_") and first not in await everywhere(client, endpoint["id"])
+    assert first.startswith("whsec_") and first not in await everywhere(
+        client, backend_world, endpoint["id"]
+    )
 
     rotated = await client.post(
         f"/admin/webhooks/{endpoint['id']}/rotate", data={"csrf": csrf, "keep_old_for": "3600"}
@@ -126,7 +130,7 @@ async def test_the_secret_is_shown_on_the_answer_to_make_and_rotate_only(
     after = await webhook_endpoints.show(backend_world.deps, endpoint["id"])
     start = backend_world.clock.now()
     assert after["previous_secret_until"] == start + timedelta(hours=1)
-    seen = await everywhere(client, endpoint["id"])
+    seen = await everywhere(client, backend_world, endpoint["id"])
     assert first not in seen and second not in seen
     for secret in (first, second):
         assert secret not in caplog.text
