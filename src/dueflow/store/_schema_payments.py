@@ -3,7 +3,16 @@ inbox."""
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, ForeignKey, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 
 from dueflow.store._schema_base import table_with_id, timestamps
 from dueflow.store.types import Id, Money, UTCDateTime
@@ -38,9 +47,12 @@ refunds = table_with_id(
     Column("reason", String(32), nullable=False),
     # pending_review | processing | succeeded | failed | rejected | settled_offline |
     # already_refunded (the provider had given the money back by itself: none went out here)
-    Column("state", String(16), nullable=False, index=True),
+    Column("state", String(16), nullable=False),
     Column("last_error", Text),
     *timestamps(),
+    # The refunds list (store/lists.py) in one state, newest first; it serves every other
+    # read by state too.
+    Index("ix_refunds_state_id", "state", "id"),
 )
 
 discrepancies = table_with_id(

@@ -39,7 +39,7 @@ skus = table_with_id(
 #: seller, valid in [valid_from, valid_until), at most ``total`` issued.
 coupon_templates = table_with_id(
     "coupon_templates",
-    Column("seller_id", Id, ForeignKey("users.id"), nullable=False, index=True),
+    Column("seller_id", Id, ForeignKey("users.id"), nullable=False),
     Column("title", String(200), nullable=False),
     Column("amount_off", Money, nullable=False),
     Column("min_amount", Money, nullable=False),
@@ -49,6 +49,8 @@ coupon_templates = table_with_id(
     Column("issued", Integer, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     CheckConstraint("issued >= 0 AND issued <= total", name="issued_within_total"),
+    # The templates list (store/lists.py): a seller's, newest first, one range read.
+    Index("ix_coupon_templates_seller_id_id", "seller_id", "id"),
 )
 
 #: A coupon issued to a user: available -> locked (by one unpaid order) -> used (paid); a cancel
@@ -73,7 +75,7 @@ coupons = table_with_id(
 #: a per-buyer limit. A flash order holds units of the sale and of the SKU.
 flash_sales = table_with_id(
     "flash_sales",
-    Column("sku_id", Id, ForeignKey("skus.id"), nullable=False, index=True),
+    Column("sku_id", Id, ForeignKey("skus.id"), nullable=False),
     Column("seller_id", Id, ForeignKey("users.id"), nullable=False),
     Column("price", Money, nullable=False),
     *_units(),
@@ -81,6 +83,9 @@ flash_sales = table_with_id(
     Column("ends_at", UTCDateTime, nullable=False),
     Column("per_buyer_limit", Integer, nullable=False),
     *timestamps(),
+    # The flash sales list (store/lists.py): a SKU's or a seller's, newest first.
+    Index("ix_flash_sales_sku_id_id", "sku_id", "id"),
+    Index("ix_flash_sales_seller_id_id", "seller_id", "id"),
 )
 
 #: Units each buyer holds or bought of a flash sale: the per-buyer limit is one guarded update.

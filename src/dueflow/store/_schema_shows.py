@@ -28,6 +28,8 @@ shows = table_with_id(
     Column("cancelled_at", UTCDateTime),
     *timestamps(),
     Index("ix_shows_organizer_id_id", "organizer_id", "id"),
+    # The shows list (store/lists.py) in one status, newest first.
+    Index("ix_shows_status_id", "status", "id"),
 )
 
 seats = table_with_id(
