@@ -14,8 +14,9 @@ from pydantic import Field
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, Limit, answer, resource
+from dueflow.api.lists import NEXT_DESCRIPTION, After, PageLimit
 from dueflow.api.schemas import View, errors
-from dueflow.service import accounts, operations
+from dueflow.service import accounts, lists, operations
 from dueflow.service.deps import Deps
 
 
@@ -33,6 +34,22 @@ class UserCreated(View):
     name: str
     admin: bool
     token: str
+
+
+class UserView(View):
+    """A user as admins list them (never the token)."""
+
+    id: int
+    name: str
+    admin: bool
+    created_at: datetime
+
+
+class UserPage(View):
+    """A page of users, newest first."""
+
+    items: list[UserView]
+    next: str | None = Field(description=NEXT_DESCRIPTION)
 
 
 class DiscrepancyView(View):
@@ -107,6 +124,15 @@ def router(deps: Deps) -> APIRouter:
         return answer(
             {"id": user.id, "name": user.name, "admin": user.is_admin, "token": token}, 201
         )
+
+    @routes.get("/users", response_model=UserPage, responses=errors(422))
+    async def list_users(
+        after: After = None, limit: PageLimit = lists.DEFAULT_LIMIT
+    ) -> JSONResponse:
+        """The users, newest first, a page at a time (as every list: pass ``next`` back as
+        ``after``)."""
+        page = await lists.users_list(deps, after=after, limit=limit)
+        return answer({"items": page.items, "next": page.next})
 
     @routes.get("/overdue", response_model=list[out.OverdueTimer], responses=errors(422))
     async def overdue(limit: Limit = 100) -> JSONResponse:

@@ -1,14 +1,18 @@
-"""The list routes: ``GET /api/goods``, ``GET /api/orders`` and ``GET /api/me``.
+"""The list routes: ``GET /api/goods``, ``GET /api/orders``, the catalogue's
+(``GET /api/skus``, ``/api/shows``, ``/api/flash-sales``, ``/api/coupon-templates``), the
+caller's coupons (``GET /api/me/coupons``) and ``GET /api/me``.
 
 Lists are paged by an opaque cursor (:mod:`dueflow.service.lists`): each answer is
 ``{"items": [...], "next": CURSOR or null}``; pass ``next`` back as ``after``, with the same
-filters, for the following page. Goods on sale are public to every user; orders are only ever the
-caller's own.
+filters, for the following page. Goods on sale are public to every user; orders and coupons are
+only ever the caller's own; the catalogue is every signed-in user's to read, as its single reads
+are. The admins' lists (refunds, users) are in :mod:`dueflow.api.refunds` and
+:mod:`dueflow.api.admin`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
@@ -18,6 +22,8 @@ from dueflow.api import auth
 from dueflow.api.common import MAX_ID, answer, resource
 from dueflow.api.goods import GoodsView
 from dueflow.api.schemas import OrderListItem, View, errors
+from dueflow.api.shop import CouponTemplateView, CouponView, FlashSaleView, SkuView
+from dueflow.api.shows import ShowItem
 from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.service import lists
@@ -44,6 +50,16 @@ SellerId = Annotated[
         description="only this seller's goods (the caller's own in every status)",
     ),
 ]
+
+
+def id_filter(description: str) -> Any:
+    """A query filter by one id (positive, 64-bit), documented with ``description``."""
+    return Query(ge=1, le=MAX_ID, description=description)
+
+
+OwnedBy = Annotated[int | None, id_filter("only this seller's")]
+OrganizedBy = Annotated[int | None, id_filter("only this organizer's")]
+OfSku = Annotated[int | None, id_filter("only this SKU's")]
 Flow = Annotated[
     str | None,
     Query(
@@ -72,6 +88,45 @@ class OrderPage(View):
 
     items: list[OrderListItem]
     next: str | None = Field(description=NEXT_DESCRIPTION)
+
+
+class SkuPage(View):
+    """A page of SKUs, newest first."""
+
+    items: list[SkuView]
+    next: str | None = Field(description=NEXT_DESCRIPTION)
+
+
+class ShowPage(View):
+    """A page of shows, newest first."""
+
+    items: list[ShowItem]
+    next: str | None = Field(description=NEXT_DESCRIPTION)
+
+
+class FlashSalePage(View):
+    """A page of flash sales, newest first."""
+
+    items: list[FlashSaleView]
+    next: str | None = Field(description=NEXT_DESCRIPTION)
+
+
+class CouponTemplatePage(View):
+    """A page of coupon templates, newest first."""
+
+    items: list[CouponTemplateView]
+    next: str | None = Field(description=NEXT_DESCRIPTION)
+
+
+class CouponList(View):
+    """A page of the caller's coupons, newest first (``coupons`` repeats ``items`` for the
+    clients written before the list had pages)."""
+
+    items: list[CouponView]
+    next: str | None = Field(description=NEXT_DESCRIPTION)
+    coupons: list[CouponView] = Field(
+        deprecated=True, description="the same coupons as ``items``; read ``items``"
+    )
 
 
 class MeView(View):
@@ -129,6 +184,64 @@ def router(deps: Deps) -> APIRouter:
             limit=limit,
         )
         return _page(page)
+
+    @api.get("/skus", tags=["shop"], response_model=SkuPage, responses=errors(422))
+    async def list_skus(
+        seller_id: OwnedBy = None, after: After = None, limit: PageLimit = lists.DEFAULT_LIMIT
+    ) -> JSONResponse:
+        """SKUs, newest first, optionally one seller's; each as ``GET /api/skus/{id}`` shows
+        it (every signed-in user reads every SKU)."""
+        return _page(await lists.skus_list(deps, seller_id=seller_id, after=after, limit=limit))
+
+    @api.get("/shows", tags=["shows"], response_model=ShowPage, responses=errors(422))
+    async def list_shows(
+        organizer_id: OrganizedBy = None,
+        status: Literal["on_sale", "cancelled"] | None = None,
+        after: After = None,
+        limit: PageLimit = lists.DEFAULT_LIMIT,
+    ) -> JSONResponse:
+        """Shows, newest first, optionally one organizer's and in one status; each as
+        ``GET /api/shows/{id}`` shows it but for the seat counts, which that read has."""
+        page = await lists.shows_list(
+            deps, organizer_id=organizer_id, status=status, after=after, limit=limit
+        )
+        return _page(page)
+
+    @api.get("/flash-sales", tags=["shop"], response_model=FlashSalePage, responses=errors(422))
+    async def list_flash_sales(
+        seller_id: OwnedBy = None,
+        sku_id: OfSku = None,
+        after: After = None,
+        limit: PageLimit = lists.DEFAULT_LIMIT,
+    ) -> JSONResponse:
+        """Flash sales (over, running and to come), newest first, optionally one seller's
+        and of one SKU."""
+        page = await lists.flash_sales_list(
+            deps, seller_id=seller_id, sku_id=sku_id, after=after, limit=limit
+        )
+        return _page(page)
+
+    @api.get(
+        "/coupon-templates",
+        tags=["shop"],
+        response_model=CouponTemplatePage,
+        responses=errors(422),
+    )
+    async def list_templates(
+        seller_id: OwnedBy = None, after: After = None, limit: PageLimit = lists.DEFAULT_LIMIT
+    ) -> JSONResponse:
+        """Coupon templates (expired ones too), newest first, optionally one seller's."""
+        page = await lists.templates_list(deps, seller_id=seller_id, after=after, limit=limit)
+        return _page(page)
+
+    @api.get("/me/coupons", tags=["shop"], response_model=CouponList, responses=errors(422))
+    async def my_coupons(
+        request: Request, after: After = None, limit: PageLimit = lists.MAX_LIMIT
+    ) -> JSONResponse:
+        """The caller's coupons, newest first; a page holds 100 unless ``limit`` says fewer.
+        ``coupons`` repeats ``items`` (deprecated: read ``items`` and follow ``next``)."""
+        page = await lists.coupons_list(deps, auth.caller(request), after=after, limit=limit)
+        return answer({"items": page.items, "next": page.next, "coupons": page.items})
 
     @own.get("/me", tags=["users"], response_model=MeView)
     async def me(request: Request) -> JSONResponse:

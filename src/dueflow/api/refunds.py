@@ -13,8 +13,9 @@ from pydantic import Field
 from dueflow.api import auth
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, Limit, answer, resource
+from dueflow.api.lists import After
 from dueflow.api.schemas import Money, RefundView, View, errors
-from dueflow.service import refunds
+from dueflow.service import lists, refunds
 from dueflow.service.deps import Deps
 
 
@@ -59,13 +60,28 @@ def router(deps: Deps) -> APIRouter:
     def answered(refund_id: int, now: str) -> JSONResponse:
         return answer({"id": refund_id, "state": now})
 
-    @api.get("", response_model=list[RefundListItem], responses=errors(422))
+    @api.get(
+        "",
+        response_model=list[RefundListItem],
+        responses=errors(422),
+        response_description="a page of refunds; the next page's address in the Link header",
+    )
     async def list_refunds(
+        request: Request,
         state: Annotated[str | None, Query(max_length=32)] = None,
+        after: After = None,
         limit: Limit = 100,
     ) -> JSONResponse:
-        """The newest refunds, optionally in one state."""
-        return answer(await refunds.list_refunds(deps, state=state, limit=limit))
+        """The refunds, newest first, optionally in one state, a page at a time. The body is
+        the page's refunds (a list, as before it had pages); when more follow, the ``Link``
+        header names the next page (``<...&after=CURSOR>; rel="next"``): the same request with
+        ``after`` set to the cursor every other list answers as ``next``."""
+        page = await lists.refunds_list(deps, state=state, after=after, limit=limit)
+        sent = answer(page.items)
+        if page.next is not None:
+            following = request.url.include_query_params(after=page.next)
+            sent.headers["Link"] = f'<{following.path}?{following.query}>; rel="next"'
+        return sent
 
     moved = errors(404, 409, 422)
     noted = errors(400, 404, 409, 422)  # with a body: 400 when it is not JSON

@@ -1,7 +1,7 @@
 """The shop routes: SKUs (``/api/skus``), coupon templates and coupons
-(``/api/coupon-templates``, ``/api/me/coupons``) and flash sales (``/api/flash-sales``). Units
-are ordered through ``POST /api/orders`` (``lines`` and ``coupon_id``, or ``flash_sale_id``
-and ``quantity``)."""
+(``/api/coupon-templates``) and flash sales (``/api/flash-sales``); their lists and the caller's
+coupons (``/api/me/coupons``) are in :mod:`dueflow.api.lists`. Units are ordered through
+``POST /api/orders`` (``lines`` and ``coupon_id``, or ``flash_sale_id`` and ``quantity``)."""
 
 from __future__ import annotations
 
@@ -138,12 +138,6 @@ class CouponView(View):
     updated_at: datetime
 
 
-class CouponList(View):
-    """The caller's coupons, newest first."""
-
-    coupons: list[CouponView]
-
-
 def router(deps: Deps) -> APIRouter:
     """The shop routes over ``deps``."""
     api = resource(
@@ -207,12 +201,6 @@ def router(deps: Deps) -> APIRouter:
             admin=user.is_admin,
         )
         return answer(view, 201)
-
-    @api.get("/me/coupons", response_model=CouponList)
-    async def my_coupons(request: Request) -> JSONResponse:
-        """The caller's coupons, newest first."""
-        user = auth.caller(request)
-        return answer({"coupons": await shop.coupons_of(deps, user.id)})
 
     @api.post(
         "/flash-sales",

@@ -82,8 +82,9 @@ class SeatCounts(View):
     sold: int
 
 
-class ShowView(View):
-    """A show: its organizer, times, per-buyer seat limit and seat counts."""
+class ShowItem(View):
+    """A show as its list shows it: its organizer, times, per-buyer seat limit and where its
+    sales stand (``GET /api/shows/{id}`` adds the seat counts)."""
 
     id: int
     organizer_id: int
@@ -99,6 +100,11 @@ class ShowView(View):
     cancelled_at: datetime | None
     created_at: datetime
     updated_at: datetime
+
+
+class ShowView(ShowItem):
+    """A show: its organizer, times, per-buyer seat limit and seat counts."""
+
     seats: SeatCounts
 
 

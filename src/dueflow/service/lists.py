@@ -1,4 +1,6 @@
-"""The lists: goods on sale, a user's orders as buyer or seller, and who the caller is.
+"""The lists: goods on sale, a user's orders as buyer or seller, the catalogue (SKUs, shows,
+flash sales, coupon templates), a user's coupons, the refunds and the users (for admins), and
+who the caller is.
 
 Every list is read in pages, newest first. A page ends with an opaque cursor: the last id it
 showed and the filter it was made for, as URL-safe base64 of a small JSON object. The next page
@@ -8,13 +10,18 @@ once, however many rows are inserted meanwhile (new rows have higher ids: they c
 cursor, for the next walk). A cursor is a position, not a credential: a forged one only moves
 the start of a page within what the caller may see anyway. One used with other filters than it
 was made for is refused (:class:`~dueflow.exceptions.InvalidInput`), as is anything not a cursor.
+
+Who sees what follows the single reads: the catalogue's ``GET /api/<kind>/{id}`` answers any
+signed-in user, so its lists show every row to every signed-in user (filters narrow them, never
+the caller); coupons are only ever the caller's own; refunds and users are for admins (the API
+refuses anyone else before a list is read).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +30,12 @@ from sqlalchemy import Row
 from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.exceptions import InvalidInput
+from dueflow.service import refunds, shop, tickets
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
 from dueflow.store import lists
 from dueflow.store.lists import Party
+from dueflow.store.shows import CANCELLED, ON_SALE
 
 #: Rows per page unless asked otherwise, and the most a page may hold.
 DEFAULT_LIMIT = 20
@@ -81,16 +90,26 @@ def _is_id(value: Any) -> bool:
     return type(value) is int and 1 <= value <= MAX_ID
 
 
-def _paged(rows: Sequence[Row[Any]], limit: int, scope: Scope) -> Page:
-    """The first ``limit`` of ``rows`` (read one over, to know whether more follow)."""
-    items = [dict(row._mapping) for row in rows[:limit]]
+def _as_dict(row: Row[Any]) -> dict[str, Any]:
+    return dict(row._mapping)
+
+
+def _paged(
+    rows: Sequence[Row[Any]],
+    limit: int,
+    scope: Scope,
+    item: Callable[[Row[Any]], dict[str, Any]] = _as_dict,
+) -> Page:
+    """The first ``limit`` of ``rows`` (read one over, to know whether more follow), each as
+    ``item`` makes it."""
+    items = [item(row) for row in rows[:limit]]
     more = len(rows) > limit
     return Page(items, make_cursor(items[-1]["id"], scope) if more else None)
 
 
-def _checked_limit(limit: int) -> int:
-    if not 1 <= limit <= MAX_LIMIT:
-        raise InvalidInput(f"limit: from 1 to {MAX_LIMIT}")
+def _checked_limit(limit: int, most: int = MAX_LIMIT) -> int:
+    if not 1 <= limit <= most:
+        raise InvalidInput(f"limit: from 1 to {most}")
     return limit
 
 
@@ -159,6 +178,138 @@ async def orders_list(
             after=position,
             limit=_checked_limit(limit),
         )
+    return _paged(rows, limit, scope)
+
+
+async def _catalogue(
+    deps: Deps,
+    kind: str,
+    equal: dict[str, int | str | None],
+    after: str | None,
+    limit: int,
+    item: Callable[[Row[Any]], dict[str, Any]] = _as_dict,
+) -> Page:
+    """A page of the catalogue list ``kind`` (:data:`dueflow.store.lists.CATALOGUE`), the
+    same for every caller; its cursor is bound to ``equal``."""
+    scope: Scope = {"list": kind, **equal}
+    position = read_cursor(after, scope)
+    async with deps.db.read() as conn:
+        rows = await lists.catalogue_page(
+            conn, kind, equal=equal, after=position, limit=_checked_limit(limit)
+        )
+    return _paged(rows, limit, scope, item)
+
+
+async def skus_list(deps: Deps, *, seller_id: int | None, after: str | None, limit: int) -> Page:
+    """SKUs, newest first, optionally one seller's (each as ``GET /api/skus/{id}`` shows it).
+
+    Raises:
+        InvalidInput: a bad cursor or limit.
+    """
+    return await _catalogue(deps, "skus", {"seller_id": seller_id}, after, limit)
+
+
+#: The statuses a show is stored in (``sales`` is worked out from them and the clock).
+SHOW_STATUSES = (ON_SALE, CANCELLED)
+
+
+async def shows_list(
+    deps: Deps, *, organizer_id: int | None, status: str | None, after: str | None, limit: int
+) -> Page:
+    """Shows, newest first, optionally one organizer's and in one status (``on_sale`` or
+    ``cancelled``); each as ``GET /api/shows/{id}`` shows it but for its seat counts (that
+    read counts every seat of the show).
+
+    Raises:
+        InvalidInput: an unknown status, a bad cursor or limit.
+    """
+    if status is not None and status not in SHOW_STATUSES:
+        raise InvalidInput(f"status: unknown show status {status!r} (known: on_sale, cancelled)")
+    now = deps.clock.now()
+
+    def item(row: Row[Any]) -> dict[str, Any]:
+        return {**row._mapping, "sales": tickets.sales(row, now)}
+
+    equal: dict[str, int | str | None] = {"organizer_id": organizer_id, "status": status}
+    return await _catalogue(deps, "shows", equal, after, limit, item)
+
+
+async def flash_sales_list(
+    deps: Deps, *, seller_id: int | None, sku_id: int | None, after: str | None, limit: int
+) -> Page:
+    """Flash sales, newest first (over, running and to come), optionally one seller's and of
+    one SKU.
+
+    Raises:
+        InvalidInput: a bad cursor or limit.
+    """
+    equal: dict[str, int | str | None] = {"sku_id": sku_id, "seller_id": seller_id}
+    return await _catalogue(deps, "flash_sales", equal, after, limit)
+
+
+async def templates_list(
+    deps: Deps, *, seller_id: int | None, after: str | None, limit: int
+) -> Page:
+    """Coupon templates, newest first (expired ones too), optionally one seller's.
+
+    Raises:
+        InvalidInput: a bad cursor or limit.
+    """
+    return await _catalogue(deps, "coupon_templates", {"seller_id": seller_id}, after, limit)
+
+
+async def coupons_list(deps: Deps, caller: User, *, after: str | None, limit: int) -> Page:
+    """The caller's coupons, newest first, each with its template's terms and its state now
+    (an available one past its validity reads ``expired``).
+
+    Raises:
+        InvalidInput: a bad cursor or limit.
+    """
+    scope: Scope = {"list": "coupons", "user": caller.id}
+    position = read_cursor(after, scope)
+    now = deps.clock.now()
+    async with deps.db.read() as conn:
+        rows = await lists.coupons_page(
+            conn, user_id=caller.id, after=position, limit=_checked_limit(limit)
+        )
+    return _paged(rows, limit, scope, lambda row: shop.coupon_json(row, now))
+
+
+#: The refunds list keeps the page size it had before it had cursors.
+MAX_REFUNDS_LIMIT = 1000
+
+
+async def refunds_list(deps: Deps, *, state: str | None, after: str | None, limit: int) -> Page:
+    """Refunds (for admins), newest first, optionally in one state, with their attempt's pay
+    number and total.
+
+    Raises:
+        InvalidInput: an unknown state, a bad cursor or limit.
+    """
+    if state is not None and state not in refunds.STATES:
+        raise InvalidInput(f"unknown refund state {state!r}; known: {', '.join(refunds.STATES)}")
+    scope: Scope = {"list": "refunds", "state": state}
+    position = read_cursor(after, scope)
+    async with deps.db.read() as conn:
+        rows = await lists.refunds_page(
+            conn,
+            state=state,
+            after=position,
+            limit=_checked_limit(limit, MAX_REFUNDS_LIMIT),
+        )
+    return _paged(rows, limit, scope)
+
+
+async def users_list(deps: Deps, *, after: str | None, limit: int) -> Page:
+    """The users (for admins), newest first: id, name, admin flag, created_at.
+
+    Raises:
+        InvalidInput: a bad cursor or limit.
+    """
+    scope: Scope = {"list": "users"}
+    position = read_cursor(after, scope)
+    async with deps.db.read() as conn:
+        rows = await lists.users_page(conn, after=position, limit=_checked_limit(limit))
     return _paged(rows, limit, scope)
 
 

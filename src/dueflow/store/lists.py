@@ -1,4 +1,6 @@
-"""The list reads: pages of goods and of a party's orders, newest first, by keyset on id.
+"""The list reads: pages of goods, of a party's orders, of the catalogue (SKUs, shows, flash
+sales, coupon templates), of a user's coupons, of the refunds and of the users, newest first, by
+keyset on id.
 
 A page is ``WHERE <filter> AND id < :after ORDER BY id DESC LIMIT :limit + 1``: the extra row
 only says whether another page follows. Every filter is equalities on the leading columns of one
@@ -13,8 +15,17 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, Row, Select, Table, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.store import payments, shop
 from dueflow.store.goods import ON_SALE
-from dueflow.store.schema import goods, orders
+from dueflow.store.schema import (
+    coupon_templates,
+    flash_sales,
+    goods,
+    orders,
+    shows,
+    skus,
+    users,
+)
 
 Party = Literal["buyer", "seller"]
 
@@ -25,9 +36,21 @@ def _page(
     table: Table, where: list[ColumnElement[bool]], after: int | None, limit: int
 ) -> Select[Any]:
     """``table``'s rows matching ``where`` below id ``after``, newest first, ``limit`` + 1."""
+    return _below(select(table), table, where, after, limit)
+
+
+def _below(
+    query: Select[Any],
+    table: Table,
+    where: list[ColumnElement[bool]],
+    after: int | None,
+    limit: int,
+) -> Select[Any]:
+    """``query`` kept to ``where`` and ids of ``table`` below ``after``, newest first,
+    ``limit`` + 1."""
     if after is not None:
         where = [*where, table.c.id < after]
-    return select(table).where(*where).order_by(table.c.id.desc()).limit(limit + 1)
+    return query.where(*where).order_by(table.c.id.desc()).limit(limit + 1)
 
 
 async def goods_page(
@@ -80,3 +103,56 @@ async def order_counts(conn: AsyncConnection, user_id: int) -> tuple[int, int]:
     both = select(as_buyer.scalar_subquery(), as_seller.scalar_subquery())
     row = (await conn.execute(both)).one()
     return int(row[0]), int(row[1])
+
+
+#: The catalogue lists and the columns their filters may name: each filter alone is the
+#: leading column of an index ending in id (_schema_shop.py, _schema_shows.py).
+CATALOGUE: dict[str, tuple[Table, frozenset[str]]] = {
+    "skus": (skus, frozenset({"seller_id"})),
+    "shows": (shows, frozenset({"organizer_id", "status"})),
+    "flash_sales": (flash_sales, frozenset({"sku_id", "seller_id"})),
+    "coupon_templates": (coupon_templates, frozenset({"seller_id"})),
+}
+
+
+async def catalogue_page(
+    conn: AsyncConnection,
+    kind: str,
+    *,
+    equal: dict[str, int | str | None],
+    after: int | None,
+    limit: int,
+) -> list[Row[Any]]:
+    """Up to ``limit + 1`` rows of the catalogue list ``kind`` (a key of :data:`CATALOGUE`)
+    below id ``after``, newest first, where each column of ``equal`` not None has its value.
+    One statement; with two filters the first the index holds is read as a range and the
+    other filters it (a seller's shows or a SKU's flash sales are few)."""
+    table, columns = CATALOGUE[kind]
+    if not set(equal) <= columns:
+        raise ValueError(f"{kind} are not filtered by {sorted(set(equal) - columns)}")
+    where = [table.c[name] == value for name, value in equal.items() if value is not None]
+    return list((await conn.execute(_page(table, where, after, limit))).all())
+
+
+async def users_page(conn: AsyncConnection, *, after: int | None, limit: int) -> list[Row[Any]]:
+    """Up to ``limit + 1`` users below id ``after``, newest first: id, name, admin, created_at
+    (never the token's hash). One statement over the primary key."""
+    query = select(users.c.id, users.c.name, users.c.is_admin.label("admin"), users.c.created_at)
+    return list((await conn.execute(_below(query, users, [], after, limit))).all())
+
+
+async def coupons_page(
+    conn: AsyncConnection, *, user_id: int, after: int | None, limit: int
+) -> list[Row[Any]]:
+    """Up to ``limit + 1`` of the user's coupons below id ``after``, newest first, with their
+    template's terms. One statement (ix_coupons_user_id_id, the template by its key)."""
+    return await shop.coupons_of(conn, user_id, after=after, limit=limit + 1)
+
+
+async def refunds_page(
+    conn: AsyncConnection, *, state: str | None, after: int | None, limit: int
+) -> list[Row[Any]]:
+    """Up to ``limit + 1`` refunds below id ``after``, newest first, optionally in one state,
+    with their attempt's pay number and total. One statement (ix_refunds_state_id or the
+    primary key, the attempt by its key)."""
+    return await payments.refunds_in(conn, state=state, after=after, limit=limit + 1)

@@ -295,14 +295,17 @@ async def refunds_in(
     state: str | None = None,
     order_ids: Sequence[int] | None = None,
     limit: int | None = None,
+    after: int | None = None,
 ) -> list[Row[Any]]:
-    """Refunds (with pay_no and total), newest first, filtered by state and orders, at most
-    ``limit``."""
+    """Refunds (with pay_no and total), newest first, filtered by state and orders, below id
+    ``after`` when given, at most ``limit``."""
     query = select(refunds, payments.c.pay_no, payments.c.amount.label("total")).join(
         payments, payments.c.id == refunds.c.payment_id
     )
     if state is not None:
         query = query.where(refunds.c.state == state)
+    if after is not None:
+        query = query.where(refunds.c.id < after)
     if order_ids is not None:
         query = query.where(refunds.c.order_id.in_(order_ids))
     query = query.order_by(refunds.c.id.desc())

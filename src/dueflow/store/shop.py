@@ -247,8 +247,10 @@ async def coupon(conn: AsyncConnection, coupon_id: int) -> Row[Any] | None:
     return (await conn.execute(query)).first()
 
 
-async def coupons_of(conn: AsyncConnection, user_id: int, limit: int = 500) -> list[Row[Any]]:
-    """The user's coupons, newest first, with their terms."""
+async def coupons_of(
+    conn: AsyncConnection, user_id: int, limit: int = 500, *, after: int | None = None
+) -> list[Row[Any]]:
+    """The user's coupons, newest first (below id ``after`` if given), with their terms."""
     query = (
         select(*_coupon_columns())
         .join(coupon_templates, coupon_templates.c.id == coupons.c.template_id)
@@ -256,6 +258,8 @@ async def coupons_of(conn: AsyncConnection, user_id: int, limit: int = 500) -> l
         .order_by(coupons.c.id.desc())
         .limit(limit)
     )
+    if after is not None:
+        query = query.where(coupons.c.id < after)
     return list((await conn.execute(query)).all())
 
 

@@ -340,6 +340,14 @@ ROUTES = {
     "list goods of a seller": Route("GET", "/api/goods?seller_id=1", ANY_USER_GET),
     "list orders": Route("GET", "/api/orders?role=seller", ANY_USER_GET, setup=Api.order),
     "me": Route("GET", "/api/me", ANY_USER_GET),
+    # The catalogue's lists answer every user, as its single reads do.
+    "list skus": Route("GET", "/api/skus", ANY_USER_GET, setup=Api.sku),
+    "list shows": Route("GET", "/api/shows?status=on_sale", ANY_USER_GET, setup=Api.show),
+    "list flash sales": Route("GET", "/api/flash-sales", ANY_USER_GET, setup=Api.flash_sale),
+    "list coupon templates": Route(
+        "GET", "/api/coupon-templates?seller_id=1", ANY_USER_GET, setup=Api.coupon_template
+    ),
+    "list users": Route("GET", "/api/admin/users", ADMIN_ONLY_GET),
     # The feed answers every user: all events for an admin, one's own orders' otherwise
     # (test_event_feed.py says what each sees).
     "events feed": Route("GET", "/api/events", ANY_USER_GET, setup=Api.order),

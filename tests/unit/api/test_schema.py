@@ -468,6 +468,12 @@ async def test_every_answer_of_a_whole_life_matches_the_schema(api, world):
     sale_id = (await call("POST", "/api/flash-sales", "seller", json=sale)).json()["id"]
     await refused(403, "POST", "/api/flash-sales", "buyer", json=sale)
     await call("GET", f"/api/flash-sales/{sale_id}", "buyer")
+    # the catalogue's lists, and the admins' list of users
+    await call("GET", f"/api/skus?seller_id={api.ids['seller']}", "buyer")
+    await call("GET", "/api/shows?status=cancelled", "buyer")
+    await call("GET", f"/api/flash-sales?sku_id={sku_id}", "buyer")
+    await call("GET", "/api/coupon-templates?limit=1", "buyer")
+    await call("GET", "/api/admin/users?limit=2", "admin")
     flash = {"flash_sale_id": sale_id, "quantity": 1}
     await call("POST", "/api/orders", "stranger", json=flash)
     await refused(409, "POST", "/api/orders", "stranger", json=flash)  # the buyer's limit
