@@ -42,6 +42,14 @@ class RefundListItem(RefundView):
     total: Money
 
 
+#: The header that names the refunds' next page (absent on the last).
+NEXT_LINK = {
+    "description": "the next page, when more follow: ``</api/admin/refunds?...&after=CURSOR>; "
+    'rel="next"`` (RFC 8288)',
+    "schema": {"type": "string"},
+}
+
+
 class RefundState(View):
     """A refund's state after an operator's action."""
 
@@ -63,7 +71,7 @@ def router(deps: Deps) -> APIRouter:
     @api.get(
         "",
         response_model=list[RefundListItem],
-        responses=errors(422),
+        responses={**errors(422), 200: {"headers": {"Link": NEXT_LINK}}},
         response_description="a page of refunds; the next page's address in the Link header",
     )
     async def list_refunds(
