@@ -204,9 +204,15 @@ class CouponUnusable(DomainError):
 
 
 class IdempotencyKeyReused(Conflict):
-    """The Idempotency-Key was used by this buyer for a different request."""
+    """The Idempotency-Key was used by this caller for a different request."""
 
     code = "idempotency_key_reused"
+
+
+class IdempotencyKeyInUse(Conflict):
+    """A request with this Idempotency-Key is still being answered; try again shortly."""
+
+    code = "idempotency_key_in_use"
 
 
 class PaymentMismatch(DomainError):

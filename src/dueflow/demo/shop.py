@@ -52,7 +52,7 @@ class ShopFloor(marketplace.Market, shop_crowd.Crowd):
 
     async def place(self, buyer: Any, body: dict[str, Any], key: str) -> dict[str, Any] | str:
         # What POST /api/orders does with an Idempotency-Key: the first answer, or a new order.
-        tie = idempotency.Key(buyer, key, shop_crowd.request_hash(body))
+        tie = idempotency.Key(replays.user(buyer), key, shop_crowd.request_hash(body))
         try:
             again = await replays.replay(self.deps, tie)
             if again is not None:

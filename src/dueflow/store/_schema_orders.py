@@ -1,5 +1,4 @@
-"""The order tables: users, goods, orders and their lines, the placing idempotency keys,
-reviews."""
+"""The order tables: users, goods, orders and their lines, the Idempotency-Keys, reviews."""
 
 from __future__ import annotations
 
@@ -87,18 +86,28 @@ order_lines = table_with_id(
     Index("ix_order_lines_kind_item_id", "kind", "item_id"),
 )
 
-#: ``Idempotency-Key`` of POST /api/orders: the first order placed under (buyer, key), the hash
-#: of its request and, once answered, the answer itself. Written in the placing transaction.
+#: ``Idempotency-Key``\ s of the POST routes that change something: one row per (principal,
+#: key), the principal being who called (``user:<id>``). It names the request it came with
+#: (method, route template, the hash of the body and the path parameters) and, once answered,
+#: the answer. Placing writes it in the placing transaction (``order_id``: the order, whose
+#: view answers a row that kept no answer); every other route claims it first, until
+#: ``locked_until`` (a lease: a repeat meanwhile is told the key is in use), and keeps the answer
+#: after. ``effect_id``: what a route whose effect spans a provider call made first (the payment
+#: attempt), written in that effect's transaction, so a re-run after a crash resumes it.
 idempotency_keys = table_with_id(
     "idempotency_keys",
-    Column("buyer_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("principal", String(64), nullable=False),
     Column("key", String(255), nullable=False),
+    Column("method", String(8), nullable=False),
+    Column("route", String(200), nullable=False),
     Column("request_hash", String(64), nullable=False),
-    Column("order_id", Id, ForeignKey("orders.id"), nullable=False),
+    Column("order_id", Id, ForeignKey("orders.id"), nullable=True),
+    Column("effect_id", Id, nullable=True),
     Column("status_code", Integer),
     Column("body", Text),
+    Column("locked_until", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
-    UniqueConstraint("buyer_id", "key"),
+    UniqueConstraint("principal", "key"),
     Index("ix_idempotency_keys_created_at", "created_at"),
 )
 
