@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from dueflow.api import auth
+from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, Limit, answer, resource
 from dueflow.api.lists import NEXT_DESCRIPTION, After, PageLimit
@@ -116,8 +116,12 @@ class Summary(View):
 def router(deps: Deps) -> APIRouter:
     """The ``/api/admin`` routes over ``deps``, for admins only."""
     routes = resource("/api/admin", auth.current_admin(deps), [401, 403, 413, 503], tag="admin")
+    keyed = idempotency.idempotent(deps)
 
-    @routes.post("/users", status_code=201, response_model=UserCreated, responses=errors(400, 422))
+    @routes.post(
+        "/users", status_code=201, response_model=UserCreated, responses=errors(400, 409, 422)
+    )
+    @keyed
     async def add_user(body: NewUser) -> JSONResponse:
         """Create a user; the token is shown only here."""
         user, token = await accounts.add_user(deps, body.name, admin=body.admin)
@@ -153,6 +157,7 @@ def router(deps: Deps) -> APIRouter:
         response_model=out.TimerView,
         responses=errors(404, 409, 422),
     )
+    @keyed
     async def run_now(timer_id: Id, request: Request) -> JSONResponse:
         """Make a waiting, stuck or parked timer due now (409 when a worker holds it or it is
         over)."""

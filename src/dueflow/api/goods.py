@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from dueflow.api import auth
+from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, answer, resource
 from dueflow.api.schemas import Money, View, errors
@@ -45,8 +45,10 @@ def router(deps: Deps) -> APIRouter:
     routes = resource(
         "/api/goods", auth.current_user(deps, "catalog"), [401, 413, 422, 503], tag="goods"
     )
+    keyed = idempotency.idempotent(deps)
 
-    @routes.post("", status_code=201, response_model=GoodsView, responses=errors(400))
+    @routes.post("", status_code=201, response_model=GoodsView, responses=errors(400, 409))
+    @keyed
     async def add_goods(body: NewGoods, request: Request) -> JSONResponse:
         """Put goods on sale as the caller."""
         user = auth.caller(request)

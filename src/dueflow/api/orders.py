@@ -6,19 +6,18 @@ list are in :mod:`dueflow.api.lists`.) Errors are raised as dueflow's own and an
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field, model_validator
 
-from dueflow.api import auth
+from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
 from dueflow.api.common import MAX_ID, Body, Id, answer, encode, resource
 from dueflow.api.schemas import OrderView, View, errors
-from dueflow.exceptions import DomainError, InvalidInput, NotAllowed
+from dueflow.exceptions import DomainError, NotAllowed
 from dueflow.service import orders, parties, payments, replays, shop, tickets
 from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
@@ -64,10 +63,6 @@ class NewOrder(Body):
         if (self.flash_sale_id is None) != (self.quantity is None):
             raise ValueError("quantity goes with a flash_sale_id, and a flash_sale_id with it")
         return self
-
-
-#: An Idempotency-Key: printable ASCII without spaces, as most clients make them (UUIDs).
-IDEMPOTENCY_KEY = re.compile(r"[!-~]{1,255}")
 
 
 class NewPayment(Body):
@@ -186,20 +181,13 @@ def router(deps: Deps) -> APIRouter:
         [401, 404, 413, 422, 503],
         tag="orders",
     )
+    keyed = idempotency.idempotent(deps)
 
     @routes.post("", status_code=201, response_model=OrderView, responses=errors(400, 403, 409))
     async def place_order(
         body: NewOrder,
         request: Request,
-        idempotency_key: Annotated[
-            str | None,
-            Header(
-                alias="Idempotency-Key",
-                description="1-255 printable ASCII characters, no spaces (a UUID): the same "
-                "key from the same buyer within 24 h answers the first order again; with "
-                "another body, 409.",
-            ),
-        ] = None,
+        idempotency_key: idempotency.KeyHeader = None,
     ) -> Response:
         """Hold what the order buys (goods, seats of a show, units of SKUs and a coupon, units
         of a flash sale) for a new order awaiting payment: 409 when held, sold, out of stock,
@@ -207,13 +195,12 @@ def router(deps: Deps) -> APIRouter:
         ``Idempotency-Key`` header the same key from the same buyer within 24 h answers the
         first order again; the key with another body is a 409."""
         user = auth.caller(request)
-        header = idempotency_key
-        if header is None:
+        if idempotency_key is None:
             return answer(for_parties(await _place(deps, user, body, None)), 201)
-        if not IDEMPOTENCY_KEY.fullmatch(header):
-            raise InvalidInput("Idempotency-Key: 1-255 printable ASCII characters, no spaces")
         kept = _Kept()
-        key = replays.key_for(user.id, header, body.model_dump(), answer=kept)
+        key = replays.key_for(
+            user.id, idempotency.checked(idempotency_key), body.model_dump(), answer=kept
+        )
         again = await replays.replay(deps, key)
         if again is not None:
             return _again(again)
@@ -247,15 +234,21 @@ def router(deps: Deps) -> APIRouter:
         response_model=PaymentStarted,
         responses=errors(400, 403, 409, 502),
     )
+    @keyed
     async def start_payment(order_id: Id, body: NewPayment, request: Request) -> JSONResponse:
         """The buyer starts paying: the pay number and where to pay."""
         user = auth.caller(request)
         pay_no, pay_url = await payments.start_payment(
-            deps, order_id=order_id, user_id=user.id, provider=body.provider
+            deps,
+            order_id=order_id,
+            user_id=user.id,
+            provider=body.provider,
+            key=idempotency.claimed(request),
         )
         return answer({"pay_no": pay_no, "pay_url": pay_url}, 201)
 
     @routes.post("/{order_id}/cancel", response_model=OrderView, responses=errors(403, 409))
+    @keyed
     async def cancel(order_id: Id, request: Request) -> JSONResponse:
         """The buyer cancels before paying; the seller cancels before shipping (a refund
         awaits review)."""
@@ -264,6 +257,7 @@ def router(deps: Deps) -> APIRouter:
         return answer(for_parties(await orders.order_view(deps, order_id)))
 
     @routes.post("/{order_id}/ship", response_model=OrderView, responses=errors(400, 403, 409))
+    @keyed
     async def ship(order_id: Id, body: Shipment, request: Request) -> JSONResponse:
         """The seller ships."""
         user = auth.caller(request)
@@ -279,6 +273,7 @@ def router(deps: Deps) -> APIRouter:
     @routes.post(
         "/{order_id}/confirm-receipt", response_model=OrderView, responses=errors(403, 409)
     )
+    @keyed
     async def confirm_receipt(order_id: Id, request: Request) -> JSONResponse:
         """The buyer confirms receipt."""
         user = auth.caller(request)
@@ -291,6 +286,7 @@ def router(deps: Deps) -> APIRouter:
         response_model=ReviewAnswer,
         responses=errors(400, 403, 409),
     )
+    @keyed
     async def review(order_id: Id, body: NewReview, request: Request) -> JSONResponse:
         """The buyer or the seller reviews a received order."""
         user = auth.caller(request)

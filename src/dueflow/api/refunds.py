@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from dueflow.api import auth
+from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, Limit, answer, resource
 from dueflow.api.lists import After
@@ -64,6 +64,7 @@ def router(deps: Deps) -> APIRouter:
     api = resource(
         "/api/admin/refunds", auth.current_admin(deps), [401, 403, 413, 503], tag="admin"
     )
+    keyed = idempotency.idempotent(deps)
 
     def answered(refund_id: int, now: str) -> JSONResponse:
         return answer({"id": refund_id, "state": now})
@@ -95,6 +96,7 @@ def router(deps: Deps) -> APIRouter:
     noted = errors(400, 404, 409, 422)  # with a body: 400 when it is not JSON
 
     @api.post("/{refund_id}/approve", response_model=RefundState, responses=moved)
+    @keyed
     async def approve(refund_id: Id, request: Request) -> JSONResponse:
         """Submit a refund in review to its provider."""
         return answered(
@@ -102,17 +104,20 @@ def router(deps: Deps) -> APIRouter:
         )
 
     @api.post("/{refund_id}/retry", response_model=RefundState, responses=moved)
+    @keyed
     async def retry(refund_id: Id, request: Request) -> JSONResponse:
         """Submit a failed refund again, with the same refund number."""
         return answered(refund_id, await refunds.retry(deps, refund_id, actor=auth.actor(request)))
 
     @api.post("/{refund_id}/reject", response_model=RefundState, responses=noted)
+    @keyed
     async def reject(refund_id: Id, body: Rejection, request: Request) -> JSONResponse:
         """Reject a refund in review or failed, with a reason: no money goes back (final)."""
         done = await refunds.reject(deps, refund_id, reason=body.reason, actor=auth.actor(request))
         return answered(refund_id, done)
 
     @api.post("/{refund_id}/settle-offline", response_model=RefundState, responses=noted)
+    @keyed
     async def settle_offline(
         refund_id: Id, body: OfflineSettlement, request: Request
     ) -> JSONResponse:

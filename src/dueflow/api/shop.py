@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from dueflow.api import auth
+from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
 from dueflow.api.common import MAX_ID, Body, Id, answer, resource
 from dueflow.api.schemas import Money, View, errors
@@ -143,6 +143,7 @@ def router(deps: Deps) -> APIRouter:
     api = resource(
         "/api", auth.current_user(deps, "catalog"), [401, 404, 413, 422, 503], tag="shop"
     )
+    keyed = idempotency.idempotent(deps)
 
     async def created(
         create: Callable[..., Awaitable[dict[str, Any]]], body: Body, request: Request
@@ -151,7 +152,8 @@ def router(deps: Deps) -> APIRouter:
         user = auth.caller(request)
         return answer(await create(deps, seller_id=user.id, **body.model_dump()), 201)
 
-    @api.post("/skus", status_code=201, response_model=SkuView, responses=errors(400))
+    @api.post("/skus", status_code=201, response_model=SkuView, responses=errors(400, 409))
+    @keyed
     async def add_sku(body: NewSku, request: Request) -> JSONResponse:
         """Put a SKU on sale, the caller its seller."""
         return await created(shop.create_sku, body, request)
@@ -161,7 +163,8 @@ def router(deps: Deps) -> APIRouter:
         """A SKU with its units on sale, held and sold."""
         return answer(await shop.sku_view(deps, sku_id))
 
-    @api.post("/skus/{sku_id}/restock", response_model=SkuView, responses=errors(400, 403))
+    @api.post("/skus/{sku_id}/restock", response_model=SkuView, responses=errors(400, 403, 409))
+    @keyed
     async def restock(sku_id: Id, body: Restock, request: Request) -> JSONResponse:
         """The seller puts more units on sale."""
         user = auth.caller(request)
@@ -172,8 +175,9 @@ def router(deps: Deps) -> APIRouter:
         "/coupon-templates",
         status_code=201,
         response_model=CouponTemplateView,
-        responses=errors(400),
+        responses=errors(400, 409),
     )
+    @keyed
     async def add_template(body: NewTemplate, request: Request) -> JSONResponse:
         """A coupon template for orders of the caller's SKUs."""
         return await created(shop.create_template, body, request)
@@ -189,6 +193,7 @@ def router(deps: Deps) -> APIRouter:
         response_model=CouponView,
         responses=errors(400, 403, 409),
     )
+    @keyed
     async def issue(template_id: Id, body: Issue, request: Request) -> JSONResponse:
         """Issue one coupon to a user (the template's seller, or an admin); 409 when all were
         issued or the template expired."""
@@ -206,8 +211,9 @@ def router(deps: Deps) -> APIRouter:
         "/flash-sales",
         status_code=201,
         response_model=FlashSaleView,
-        responses=errors(400, 403),
+        responses=errors(400, 403, 409),
     )
+    @keyed
     async def add_flash_sale(body: NewFlashSale, request: Request) -> JSONResponse:
         """A flash sale of one of the caller's SKUs."""
         return await created(shop.create_flash_sale, body, request)

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field, model_validator
 
-from dueflow.api import auth
+from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, answer, resource
 from dueflow.api.schemas import Money, View, errors
@@ -176,8 +176,10 @@ def router(deps: Deps) -> APIRouter:
     api = resource(
         "/api/shows", auth.current_user(deps, "catalog"), [401, 404, 413, 422, 503], tag="shows"
     )
+    keyed = idempotency.idempotent(deps)
 
-    @api.post("", status_code=201, response_model=ShowView, responses=errors(400))
+    @api.post("", status_code=201, response_model=ShowView, responses=errors(400, 409))
+    @keyed
     async def add_show(body: NewShow, request: Request) -> JSONResponse:
         """Put a show on sale with its seats, the caller its organizer."""
         user = auth.caller(request)
@@ -206,6 +208,7 @@ def router(deps: Deps) -> APIRouter:
         return answer(await tickets.buyers_seat_map(deps, show_id))
 
     @api.post("/{show_id}/cancel", response_model=ShowCancelled, responses=errors(403, 409))
+    @keyed
     async def cancel_show(show_id: Id, request: Request) -> JSONResponse:
         """The organizer cancels the show: no more orders; every live order is cancelled by
         the worker shortly after (paid ones with a refund awaiting review)."""

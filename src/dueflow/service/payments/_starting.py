@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -29,7 +29,10 @@ from dueflow.payments.base import (
 from dueflow.service import actors
 from dueflow.service.deps import Deps
 from dueflow.service.payments._confirm import MANUAL, new_pay_no
-from dueflow.store import holds, orders, payments, shows
+from dueflow.store import holds, idempotency, orders, payments, shows
+
+if TYPE_CHECKING:
+    from dueflow.service.replays import Claim
 
 log = logging.getLogger(__package__)
 
@@ -39,10 +42,15 @@ MIN_PAY_WINDOW = timedelta(seconds=3)
 
 
 async def start_payment(
-    deps: Deps, *, order_id: int, user_id: int, provider: str
+    deps: Deps, *, order_id: int, user_id: int, provider: str, key: Claim | None = None
 ) -> tuple[str, str]:
     """The buyer starts paying an order through ``provider``: a new attempt whose expiry is the
     pay deadline (sent to the provider too). Returns (pay_no, the URL where the buyer pays).
+
+    With the request's Idempotency-Key ``key``, the new attempt is noted with the key in the
+    attempt's transaction; a re-run of the same request after its first run died unanswered
+    (``key.effect_id``) starts that same attempt again, while it is open: the provider knows
+    it by its pay number and answers the same trade, so one request opens one trade.
 
     Raises:
         InvalidInput: unknown provider, the manual provider (operators record those), or an
@@ -56,7 +64,7 @@ async def start_payment(
     if provider == MANUAL:
         raise InvalidInput("manual payments are recorded by an operator")
     async with locks.held(deps.locks, f"order:{order_id}", deps.lock_ttl):
-        attempt_id, attempt, subject = await _new_attempt(deps, order_id, user_id, provider)
+        attempt_id, attempt, subject = await _new_attempt(deps, order_id, user_id, provider, key)
     try:
         start = await payer.start(attempt, subject=subject)
     except ProviderUnavailable as exc:
@@ -83,10 +91,11 @@ async def _record_start(deps: Deps, attempt_id: int, pay_no: str, answer: StartA
 
 
 async def _new_attempt(
-    deps: Deps, order_id: int, user_id: int, provider: str
+    deps: Deps, order_id: int, user_id: int, provider: str, key: Claim | None
 ) -> tuple[int, Attempt, str]:
     """The new attempt's id and the attempt as the provider takes it (built from what was
-    written, not read back), and the subject; committed before the provider hears of it."""
+    written, not read back), and the subject; committed before the provider hears of it. The
+    attempt ``key`` noted, when still open, instead of a new one."""
     now = deps.clock.now()
     async with deps.db.write() as conn:
         order = await orders.get(conn, order_id, for_update=True)
@@ -117,6 +126,9 @@ async def _new_attempt(
             # Its order is being cancelled by the worker: a trade now would only be closed.
             raise SalesClosed(f"cannot pay: show {order.show_id} was cancelled")
         deps.providers.get(provider).check_amount(order.amount)  # before anything is stored
+        resumed = await _noted_attempt(conn, order_id, key)
+        if resumed is not None:
+            return resumed.id, _attempt_of(resumed), await _subject(conn, order, show)
         attempt = Attempt(
             pay_no=new_pay_no(now),
             order_id=order_id,
@@ -141,8 +153,39 @@ async def _new_attempt(
             now=now,
             detail=f"{provider} {attempt.pay_no}",
         )
+        if key is not None:
+            await idempotency.note(conn, key.id, attempt_id)
         subject = await _subject(conn, order, show)
     return attempt_id, attempt, subject
+
+
+async def _noted_attempt(
+    conn: AsyncConnection, order_id: int, key: Claim | None
+) -> Row[Any] | None:
+    """The open attempt an earlier run of the key's request made, if any, unless its provider
+    refused it (that answer is what close-or-query trusts: a trade started now under its pay
+    number would go unseen)."""
+    if key is None or key.effect_id is None:
+        return None
+    found = await payments.for_orders(conn, [order_id], state=payments.OPEN)
+    return next(
+        (
+            row
+            for row in found
+            if row.id == key.effect_id and row.start_answer != StartAnswer.REFUSED.value
+        ),
+        None,
+    )
+
+
+def _attempt_of(row: Row[Any]) -> Attempt:
+    return Attempt(
+        pay_no=row.pay_no,
+        order_id=row.order_id,
+        provider=row.provider,
+        amount=row.amount,
+        expires_at=row.expires_at,
+    )
 
 
 async def _subject(conn: AsyncConnection, order: Row[Any], show: Row[Any] | None) -> str:
