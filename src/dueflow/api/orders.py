@@ -126,9 +126,11 @@ class _Kept:
 def _again(again: replays.Replay) -> Response:
     """The first answer to an Idempotency-Key, given again."""
     if again.body is not None:
-        return Response(again.body, status_code=again.status_code, media_type="application/json")
+        return idempotency.again(again)
     assert again.view is not None  # a replay has its body or its order's view
-    return answer(for_parties(again.view), again.status_code)
+    replayed = answer(for_parties(again.view), again.status_code)
+    replayed.headers[idempotency.REPLAYED] = "true"
+    return replayed
 
 
 async def _place(deps: Deps, user: User, body: NewOrder, key: replays.Key | None) -> dict[str, Any]:

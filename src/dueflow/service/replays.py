@@ -61,15 +61,8 @@ class Replay:
     view: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
-class Claim:
-    """A key claimed for its request (row ``id``). ``effect_id``: what an earlier run of the
-    same request made before it died unanswered (a payment attempt), for the route to resume;
-    None for a first run."""
-
-    id: int
-    key: Key
-    effect_id: int | None = None
+#: A key claimed for its request.
+Claim = idempotency.Claim
 
 
 def _reused() -> IdempotencyKeyReused:

@@ -54,6 +54,17 @@ class Key:
         )
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A key claimed for its request (row ``id``). ``effect_id``: what an earlier run of the
+    same request made before it died unanswered (a payment attempt), for the route to resume;
+    None for a first run."""
+
+    id: int
+    key: Key
+    effect_id: int | None = None
+
+
 _c = idempotency_keys.c
 
 

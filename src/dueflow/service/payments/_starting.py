@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -31,9 +31,6 @@ from dueflow.service.deps import Deps
 from dueflow.service.payments._confirm import MANUAL, new_pay_no
 from dueflow.store import holds, idempotency, orders, payments, shows
 
-if TYPE_CHECKING:
-    from dueflow.service.replays import Claim
-
 log = logging.getLogger(__package__)
 
 
@@ -42,7 +39,7 @@ MIN_PAY_WINDOW = timedelta(seconds=3)
 
 
 async def start_payment(
-    deps: Deps, *, order_id: int, user_id: int, provider: str, key: Claim | None = None
+    deps: Deps, *, order_id: int, user_id: int, provider: str, key: idempotency.Claim | None = None
 ) -> tuple[str, str]:
     """The buyer starts paying an order through ``provider``: a new attempt whose expiry is the
     pay deadline (sent to the provider too). Returns (pay_no, the URL where the buyer pays).
@@ -91,7 +88,7 @@ async def _record_start(deps: Deps, attempt_id: int, pay_no: str, answer: StartA
 
 
 async def _new_attempt(
-    deps: Deps, order_id: int, user_id: int, provider: str, key: Claim | None
+    deps: Deps, order_id: int, user_id: int, provider: str, key: idempotency.Claim | None
 ) -> tuple[int, Attempt, str]:
     """The new attempt's id and the attempt as the provider takes it (built from what was
     written, not read back), and the subject; committed before the provider hears of it. The
@@ -160,7 +157,7 @@ async def _new_attempt(
 
 
 async def _noted_attempt(
-    conn: AsyncConnection, order_id: int, key: Claim | None
+    conn: AsyncConnection, order_id: int, key: idempotency.Claim | None
 ) -> Row[Any] | None:
     """The open attempt an earlier run of the key's request made, if any, unless its provider
     refused it (that answer is what close-or-query trusts: a trade started now under its pay
