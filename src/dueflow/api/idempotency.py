@@ -25,11 +25,13 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, TypeVar
 
+import orjson
 from fastapi import Header, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
 from dueflow.api import auth
+from dueflow.api.common import encode
 from dueflow.exceptions import BackendError, InvalidInput
 from dueflow.service import replays
 from dueflow.service.deps import Deps
@@ -68,7 +70,13 @@ def checked(header: str) -> str:
 
 
 def principal(request: Request) -> str:
-    """Who a key belongs to: the calling user (``user:<id>``)."""
+    """Who a key belongs to: the user the request is for (``user:<id>``, whether they call
+    with their token or a service key acts for them), else the service key acting for nobody
+    (``key:<id>``, an admin key's own calls)."""
+    if getattr(request.state, "user", None) is None:
+        key_id = getattr(request.state, "key_id", None)
+        if key_id is not None:
+            return f"key:{key_id}"
     return replays.user(auth.caller(request).id)
 
 
@@ -99,10 +107,14 @@ def claimed(request: Request) -> replays.Claim | None:
     return claim if isinstance(claim, replays.Claim) else None
 
 
-def idempotent(deps: Deps) -> Callable[[Endpoint], Endpoint]:
+def idempotent(deps: Deps, *, withheld: tuple[str, ...] = ()) -> Callable[[Endpoint], Endpoint]:
     """The decorator making a route take an ``Idempotency-Key`` (under the router's decorator,
     so the route registered is the keyed one). A request without the header costs nothing
-    more; with it: a new key, a statement before the route and one after; a repeat, two."""
+    more; with it: a new key, a statement before the route and one after; a repeat, two.
+
+    ``withheld``: fields of the answer kept as null for the repeats (a secret shown once, as
+    a new key's or webhook endpoint's: it is never stored with the answer, so a repeat gets
+    the first answer without it and the caller rotates if the first answer was lost)."""
 
     def decorate(endpoint: Endpoint) -> Endpoint:
         signature = inspect.signature(endpoint, eval_str=True)
@@ -138,7 +150,7 @@ def idempotent(deps: Deps) -> Callable[[Endpoint], Endpoint]:
             except Exception:
                 await _release(deps, got)
                 raise
-            await _keep(deps, got, response)
+            await _keep(deps, got, response, withheld)
             return response
 
         keyed.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
@@ -147,12 +159,17 @@ def idempotent(deps: Deps) -> Callable[[Endpoint], Endpoint]:
     return decorate
 
 
-async def _keep(deps: Deps, claim: replays.Claim, response: Response) -> None:
-    """Keep the answer for the repeats. The effect stands whatever happens here: a database
-    that fails now leaves the claim to run out, and a repeat after it runs the route again
-    (its state guard keeps one effect)."""
+async def _keep(
+    deps: Deps, claim: replays.Claim, response: Response, withheld: tuple[str, ...]
+) -> None:
+    """Keep the answer for the repeats, without its ``withheld`` fields. The effect stands
+    whatever happens here: a database that fails now leaves the claim to run out, and a repeat
+    after it runs the route again (its state guard keeps one effect)."""
+    body = bytes(response.body)
+    if withheld:
+        body = encode({**orjson.loads(body), **dict.fromkeys(withheld)})
     try:
-        await replays.keep(deps, claim, response.status_code, bytes(response.body))
+        await replays.keep(deps, claim, response.status_code, body)
     except BackendError as exc:
         log.warning(
             "could not keep the answer of %s %s: %s", claim.key.method, claim.key.route, exc

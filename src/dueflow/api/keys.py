@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from dueflow.api import auth
+from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
 from dueflow.api.common import Body, Id, answer, resource
 from dueflow.api.lists import NEXT_DESCRIPTION, After, PageLimit
@@ -49,7 +49,10 @@ class KeyView(View):
 class KeyMade(KeyView):
     """A key just made or rotated, with its secret: shown here only, stored hashed."""
 
-    secret: str = Field(description="`Authorization: Bearer <secret>`; never shown again")
+    secret: str | None = Field(
+        description="`Authorization: Bearer <secret>`; never shown again: null on a repeat of "
+        "the request under its Idempotency-Key (the secret is not stored with the answer)"
+    )
 
 
 class KeyPage(View):
@@ -64,8 +67,11 @@ def router(deps: Deps) -> APIRouter:
     routes = resource(
         "/api/admin/keys", auth.current_admin(deps), [401, 403, 413, 503], tag="admin"
     )
+    keyed = idempotency.idempotent(deps)
+    withheld = idempotency.idempotent(deps, withheld=("secret",))
 
-    @routes.post("", status_code=201, response_model=KeyMade)
+    @routes.post("", status_code=201, response_model=KeyMade, responses=errors(409))
+    @withheld
     async def add_key(body: NewKey, request: Request) -> JSONResponse:
         """Make a key; its secret is in this answer only."""
         made, secret = await keys.add_key(
@@ -93,6 +99,7 @@ def router(deps: Deps) -> APIRouter:
     @routes.post(
         "/{key_id}/rotate", status_code=201, response_model=KeyMade, responses=errors(404, 409)
     )
+    @withheld
     async def rotate(key_id: Id, request: Request) -> JSONResponse:
         """A new key (and secret) replacing this one, with its name, scopes and expiry; this one
         keeps working until revoked. 409 when it is revoked or expired."""
@@ -100,6 +107,7 @@ def router(deps: Deps) -> APIRouter:
         return answer({**made, "secret": secret}, 201)
 
     @routes.post("/{key_id}/revoke", response_model=KeyView, responses=errors(404, 409))
+    @keyed
     async def revoke(key_id: Id, request: Request) -> JSONResponse:
         """Revoke the key: its next request is refused (401). 409 when revoked already."""
         return answer(await keys.revoke(deps, key_id, by=auth.actor(request)))

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from dueflow.api import auth
+from dueflow.api import auth, idempotency
 from dueflow.api.common import MAX_ID, Body, Id, answer, resource
 from dueflow.api.schemas import View, errors
 from dueflow.service import lists, webhook_endpoints
@@ -94,7 +94,11 @@ class EndpointStatus(EndpointView):
 class EndpointSecret(EndpointView):
     """An endpoint with its secret: shown in this answer only."""
 
-    secret: str = Field(examples=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])
+    secret: str | None = Field(
+        description="shown in this answer only: null on a repeat of the request under its "
+        "Idempotency-Key (the secret is not stored with the answer)",
+        examples=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+    )
 
 
 class EndpointPage(View):
@@ -119,8 +123,13 @@ def router(deps: Deps) -> APIRouter:
     routes = resource(
         "/api/admin/webhooks", auth.current_admin(deps), [401, 403, 413, 503], tag="webhooks"
     )
+    keyed = idempotency.idempotent(deps)
+    withheld = idempotency.idempotent(deps, withheld=("secret",))
 
-    @routes.post("", status_code=201, response_model=EndpointSecret, responses=errors(400, 422))
+    @routes.post(
+        "", status_code=201, response_model=EndpointSecret, responses=errors(400, 409, 422)
+    )
+    @withheld
     async def create_endpoint(body: NewEndpoint, request: Request) -> JSONResponse:
         """Make an endpoint; its ``whsec_`` secret is shown only here. A URL that is not
         http(s), or whose host is or resolves to a private, loopback, link-local or reserved
@@ -160,8 +169,11 @@ def router(deps: Deps) -> APIRouter:
         )
 
     @routes.post(
-        "/{endpoint_id}/rotate", response_model=EndpointSecret, responses=errors(400, 404, 422)
+        "/{endpoint_id}/rotate",
+        response_model=EndpointSecret,
+        responses=errors(400, 404, 409, 422),
     )
+    @withheld
     async def rotate_secret(endpoint_id: Id, body: Rotation, request: Request) -> JSONResponse:
         """A new secret, shown only here; the old one signs beside it for
         ``keep_old_for_seconds`` (default a day; 0: no more at once)."""
@@ -172,7 +184,10 @@ def router(deps: Deps) -> APIRouter:
             )
         )
 
-    @routes.post("/{endpoint_id}/replay", response_model=Queued, responses=errors(400, 404, 422))
+    @routes.post(
+        "/{endpoint_id}/replay", response_model=Queued, responses=errors(400, 404, 409, 422)
+    )
+    @keyed
     async def replay_events(endpoint_id: Id, body: Replay, request: Request) -> JSONResponse:
         """Deliver the events ``first`` to ``last`` (one without ``last``) again to this
         endpoint, with their ids and ``Dueflow-Replay: true``."""
