@@ -23,6 +23,32 @@ class TimerKind(StrEnum):
     ORDER_CLOSED = "order_closed"
 
 
+#: The kinds whose lateness costs the business: cancels (unpaid, unshipped, a cancelled show's),
+#: receipts, reviews and refund checks. A worker that is behind claims these first.
+MUST_HAPPEN = frozenset(
+    {
+        TimerKind.CANCEL_UNPAID,
+        TimerKind.CANCEL_UNSHIPPED,
+        TimerKind.SHOW_CANCEL,
+        TimerKind.CONFIRM_RECEIPT,
+        TimerKind.AUTO_REVIEW,
+        TimerKind.REFUND_CHECK,
+    }
+)
+#: The messages: pay reminders, close notices and the closes of attempts a paid order left open.
+#: Late, they cost a nuisance, never a seat or a unit held from the next buyer.
+MESSAGES = frozenset(TimerKind) - MUST_HAPPEN
+#: While a worker is behind, at least one timer in this many of each claim (10 of 200, 100 of
+#: 2,000) is taken in due order whatever its kind: messages still move, at a twentieth of the
+#: claim rate at least, and the must-happen timers keep the rest (19 in 20).
+DUE_ORDER_SHARE = 20
+
+
+def due_order_share(limit: int) -> int:
+    """How many of a claim of ``limit`` go in due order whatever the kind while behind."""
+    return max(1, limit // DUE_ORDER_SHARE)
+
+
 class TimerState(StrEnum):
     """A timer's life: scheduled -> claimed (with a lease) -> done | cancelled; failures go back
     to scheduled, and at ``max_attempts`` failures in a row to parked, where an operator runs it

@@ -14,11 +14,16 @@ from sqlalchemy import (
     text,
 )
 
+from dueflow.domain.timers import MUST_HAPPEN
 from dueflow.store._schema_base import table_with_id
 from dueflow.store.types import Id, UTCDateTime
 
 LIVE_TIMERS = "state IN ('scheduled', 'claimed')"
 PARKED_TIMERS = "state = 'parked'"
+#: The must-happen timers waiting (domain/timers.MUST_HAPPEN), as the claim of a worker that is
+#: behind writes them (literals, so the planner proves the partial index serves it).
+MUST_HAPPEN_KINDS = "(" + ", ".join(f"'{kind.value}'" for kind in sorted(MUST_HAPPEN)) + ")"
+MUST_HAPPEN_WAITING = f"state = 'scheduled' AND kind IN {MUST_HAPPEN_KINDS}"
 
 
 timers = table_with_id(
@@ -56,6 +61,16 @@ timers = table_with_id(
     # The dashboard's parked timers, soonest due first: outside ix_timers_live on PostgreSQL,
     # so a partial index of their own there; elsewhere ix_timers_live serves them too.
     Index("ix_timers_parked", "state", "due_at", postgresql_where=text(PARKED_TIMERS)),
+    # A worker that is behind claims the must-happen timers first: partial, so that claim walks
+    # them alone in due order, past any wall of messages due before them. PostgreSQL and SQLite
+    # only (MySQL has no partial index; there the claim walks ix_timers_live).
+    Index(
+        "ix_timers_must",
+        "due_at",
+        "id",
+        postgresql_where=text(MUST_HAPPEN_WAITING),
+        sqlite_where=text(MUST_HAPPEN_WAITING),
+    ).ddl_if(dialect=("postgresql", "sqlite")),  # type: ignore[arg-type]  # a tuple: documented
 )
 
 reminders = table_with_id(

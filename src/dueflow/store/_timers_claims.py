@@ -7,11 +7,13 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.domain import timers as timer_rules
 from dueflow.domain.timers import TimerState
 from dueflow.store import tally
+from dueflow.store._schema_timers import MUST_HAPPEN_KINDS
 from dueflow.store._timers_common import (
     CLAIMED,
     KINDS,
@@ -100,6 +102,39 @@ async def claim_due(
         .limit(limit)
     )
     ids = list((await conn.execute(locking(conn, query))).scalars())
+    return await _take(conn, ids, _due_by_id(now), now, lease)
+
+
+#: The must-happen kinds as literals, the very test ix_timers_must is partial on.
+_MUST_HAPPEN = text(f"timers.kind IN {MUST_HAPPEN_KINDS}")
+
+
+async def claim_due_first(
+    conn: AsyncConnection, *, now: datetime, limit: int, lease: timedelta
+) -> list[Claimed]:
+    """The claim of a worker that is behind: up to ``limit`` due timers, the must-happen kinds
+    first (``domain.timers.MUST_HAPPEN``, earliest due first, by ``ix_timers_must``), and a
+    share (:func:`~dueflow.domain.timers.due_order_share`) taken in due order whatever the kind,
+    which also gets whatever the must-happen timers leave. So messages still move, at that
+    share of the claims at least, and are never later than in due order at that share's rate.
+    One statement more than :func:`claim_due` (two reads, one update) for a whole batch."""
+    share = timer_rules.due_order_share(limit)
+    first = (
+        select(timers.c.id)
+        .where(_claimable(now), _MUST_HAPPEN)
+        .order_by(timers.c.due_at, timers.c.id)
+        .limit(limit - share)
+    )
+    ids = list((await conn.execute(locking(conn, first))).scalars())
+    # Rows this transaction locked already are not skipped: the oldest may be among them.
+    oldest = (
+        select(timers.c.id)
+        .where(_claimable(now))
+        .order_by(timers.c.due_at, timers.c.id)
+        .limit(limit - len(ids))
+    )
+    taken = set(ids)
+    ids += [i for i in (await conn.execute(locking(conn, oldest))).scalars() if i not in taken]
     return await _take(conn, ids, _due_by_id(now), now, lease)
 
 

@@ -29,6 +29,7 @@ from dueflow.domain.timers import TimerKind, TimerState
 from dueflow.store import tally
 from dueflow.store._timers_claims import (
     claim_due,
+    claim_due_first,
     claim_ids,
     claim_overdue,
     extend_lease,
@@ -79,6 +80,7 @@ __all__ = [
     "NewTimer",
     "cancel_for_orders",
     "claim_due",
+    "claim_due_first",
     "claim_ids",
     "claim_overdue",
     "count_by_state",

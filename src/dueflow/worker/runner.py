@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
 from dueflow import logs
+from dueflow.domain import timers as timer_rules
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import BackendUnavailable, Busy
 from dueflow.service.deps import Deps
@@ -61,6 +62,7 @@ class Worker:
         self.stats = Stats()
         self._isolation = Isolation(deps, handlers, self.stats, monotonic)
         self._limit: int | None = None  # the next batch's size; None: batch_size
+        self._behind = False  # the last claim came back full: must-happen kinds first
         self._lanes: asyncio.BoundedSemaphore | None = None  # made in the running loop
         self._running: set[asyncio.Task[None]] = set()
 
@@ -148,23 +150,24 @@ class Worker:
         ``max_batch_size``, so a herd of deadlines pays the per-batch costs fewer times; the
         first partial batch brings it back to ``batch_size``. Beside batches still running in
         their lanes a batch is ``batch_size`` and grows nothing: a slow batch is not a reason to
-        hold more claims.
+        hold more claims. Behind (the last batch came back full), a claim takes the must-happen
+        kinds first and keeps a share for due order (:func:`timers.claim_due_first`): a cancel
+        holding a seat is not left behind a wall of reminders.
         """
         deps = self.deps
-        if self._running:
-            async with deps.db.write() as conn:
-                return await timers.claim_due(
-                    conn, now=deps.clock.now(), limit=deps.batch_size, lease=deps.lease
-                )
-        limit = self._limit or deps.batch_size
+        limit = deps.batch_size if self._running else (self._limit or deps.batch_size)
+        claim = timers.claim_due_first if self._behind else timers.claim_due
         async with deps.db.write() as conn:
-            claimed = await timers.claim_due(
-                conn, now=deps.clock.now(), limit=limit, lease=deps.lease
+            claimed = await claim(conn, now=deps.clock.now(), limit=limit, lease=deps.lease)
+        # (Nearly) full: a claim behind may come back short by its share, which found the
+        # must-happen timers it had just taken.
+        self._behind = len(claimed) >= max(1, limit - timer_rules.due_order_share(limit))
+        if not self._running:
+            self._limit = (
+                min(limit * 2, max(deps.max_batch_size, deps.batch_size))
+                if self._behind
+                else deps.batch_size
             )
-        full = len(claimed) == limit
-        self._limit = (
-            min(limit * 2, max(deps.max_batch_size, deps.batch_size)) if full else deps.batch_size
-        )
         return claimed
 
     async def deliver(self, timer_ids: Sequence[int]) -> int:
