@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, insert, literal, select, text, update
 
 import _seed
 from dueflow.store import migrate
@@ -161,6 +161,45 @@ async def set_due(db: Database, due: datetime) -> None:
     async with db.engine.begin() as conn:
         await conn.execute(update(orders).values(pay_deadline=due))
         await conn.execute(update(timers).values(due_at=due, deadline_at=due))
+
+
+async def add_reminders(db: Database, due: datetime) -> None:
+    """A ``pay_reminder`` timer for every order, due (and its deadline) at ``due``."""
+    columns = ["order_id", "kind", "deadline_at", "due_at", "state", "attempts", "stuck"]
+    columns.append("created_at")
+    rows = select(
+        timers.c.order_id,
+        literal("pay_reminder"),
+        literal(due, timers.c.due_at.type),
+        literal(due, timers.c.due_at.type),
+        literal("scheduled"),
+        literal(0),
+        literal(False),
+        timers.c.created_at,
+    ).where(timers.c.kind == "cancel_unpaid")
+    async with db.engine.begin() as conn:
+        await conn.execute(insert(timers).from_select(columns, rows))
+
+
+async def reminders_settled(db: Database) -> dict[str, Any]:
+    """The reminders' timers by state and outcome, and the lateness of those that ran."""
+    async with db.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(
+                    timers.c.state, timers.c.outcome, timers.c.deadline_at, timers.c.done_at
+                ).where(timers.c.kind == "pay_reminder")
+            )
+        ).all()
+    counts: dict[str, int] = {}
+    for row in rows:
+        key = f"{row.state}: {row.outcome}" if row.outcome else row.state
+        counts[key] = counts.get(key, 0) + 1
+    late = sorted((r.done_at - r.deadline_at).total_seconds() for r in rows if r.done_at)
+    return {
+        "by_outcome": counts,
+        "lateness_max_s": round(late[-1], 3) if late else None,
+    }
 
 
 async def cancelled(db: Database) -> int:

@@ -1,5 +1,8 @@
 """The herd: N unpaid orders whose pay deadline falls in the same second.
 
+With ``--reminders`` every order's ``pay_reminder`` falls due a second before the herd (a wall
+of messages due ahead of the cancels, as when the worker is behind).
+
 Measures, from the due second until every order is cancelled with its goods released:
 throughput, lateness p50/p99/max (deadline to the start of the batch that cancelled it), and the
 workers' peak RSS. Any store and trigger:
@@ -58,6 +61,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         await asyncio.sleep(3.0)  # let the workers start and go idle
         due = datetime.now(UTC) + timedelta(seconds=args.lead)
         await _backends.set_due(db, due)
+        if args.reminders:
+            await _backends.add_reminders(db, due - timedelta(seconds=1))
         if args.trigger_url != "db":
             await _arm_trigger(args.trigger_url, db)
         peak = 0
@@ -75,6 +80,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         for w in workers:
             w.wait(timeout=30)
     result = await _backends.outcome(db)
+    reminders = await _backends.reminders_settled(db) if args.reminders else None
     await db.dispose()
     late = result["late"]
     drain = (result["last"] - due).total_seconds() if result["last"] else float("nan")
@@ -95,6 +101,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         "lateness_p99_s": round(percentile(late, 99), 3) if late else None,
         "lateness_max_s": round(late[-1], 3) if late else None,
         "workers_peak_rss_mib": round(peak / 1024, 1),
+        "reminders": reminders,
     }
 
 
@@ -134,6 +141,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--lead", type=float, default=3.0, help="seconds from arming to due")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--reminders",
+        action="store_true",
+        help="each order's pay reminder due a second before the herd: messages ahead of it",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dueflow-herd-") as tmp:
         result = asyncio.run(run(args, Path(tmp)))
