@@ -18,7 +18,7 @@ from dueflow.store.timers import Claimed
 from dueflow.worker.runner import Worker
 
 K = TimerKind
-PAST_PAY_DEADLINE = "skipped: order is pending_payment"
+PAST_PAY_DEADLINE = "skipped: pay deadline passed"
 
 
 def test_every_kind_is_must_happen_or_a_message():

@@ -274,7 +274,7 @@ async def test_an_unknown_outcome_is_not_resent_past_the_pay_deadline(world, rec
     rem = await reminder_of(world, order_id)
     assert (rem.state, rem.deliveries) == ("unknown", 1)
     t = await reminder_timer(world, order_id)
-    assert (t.state, t.outcome) == ("done", "skipped: order is pending_payment")
+    assert (t.state, t.outcome) == ("done", "skipped: pay deadline passed")
 
 
 async def test_connection_refused_is_retried_and_not_counted(world, receiver):

@@ -144,7 +144,10 @@ async def test_paid_is_ignored_and_the_seats_stay_sold(world):
     row = await order_of(world, order["id"])
     assert (row.status, row.cancelled_at) == ("paid", None)
     timer = await timer_of(world, order["id"], TimerKind.CANCEL_UNPAID)
-    assert (timer.state, timer.outcome) == ("done", "skipped: order is paid")
+    assert (timer.state, timer.outcome) == (
+        "done",
+        "skipped: order is paid (paid before this timer)",
+    )
     assert await held(world, order["id"]) == {"A-1": "sold", "A-2": "sold"}
     assert await tickets_of(world, order["id"]) == ["valid", "valid"]
     assert await counted(world, show_id, world.buyer) == 2

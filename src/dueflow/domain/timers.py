@@ -111,3 +111,39 @@ def is_parked(failures: int, max_attempts: int) -> bool:
     ended in the handler's own retry, a lease run out or a success count none) is parked
     rather than retried."""
     return failures >= max_attempts
+
+
+#: What an order in each status did before a timer that waits on another status fired: the
+#: reason the timer does nothing. The status stays in the words after ``order is`` (operators
+#: and the soak's checker read it).
+_MOVED_ON_BY = {
+    "pending_payment": "not paid yet",
+    "pending_shipment": "paid before this timer",
+    "paid": "paid before this timer",
+    "shipped": "shipped before this timer",
+    "received": "received before this timer",
+    "completed": "completed before this timer",
+    "cancelled_unpaid": "cancelled before this timer",
+    "cancelled_unshipped": "cancelled before this timer",
+    "cancelled_paid": "cancelled with its show before this timer",
+}
+#: The outcome of a timer whose order is gone.
+SKIPPED_ORDER_MISSING = "skipped: order missing"
+#: The outcome of a pay reminder that came at or after its order's pay deadline: the order is
+#: still pending payment, but the reminder is too late to make sense (its cancel is on the way).
+SKIPPED_PAY_DEADLINE_PASSED = "skipped: pay deadline passed"
+#: The outcome of a deadline timer whose order still waits past its deadline, yet did not move
+#: (its guarded move found it otherwise): none of the reasons above.
+NOT_MOVED = "its move did not apply"
+
+
+def skipped_moved_on(status: str) -> str:
+    """The outcome of a timer whose order moved on before it fired, with the reason:
+    ``skipped: order is pending_shipment (paid before this timer)``."""
+    return f"skipped: order is {status} ({_MOVED_ON_BY.get(status, 'moved on')})"
+
+
+def skipped_not_moved(status: str) -> str:
+    """The outcome of a deadline timer whose order waits in ``status`` past its deadline and
+    still did not move."""
+    return f"skipped: order is {status} ({NOT_MOVED})"

@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import Column, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.domain import timers as timer_rules
 from dueflow.domain.lifecycle import CANCELLED_STATUSES, OrderStatus
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import DeliveryUnknown
@@ -68,9 +69,14 @@ CLOSED = Message(
 KIND = PAY.kind
 
 
-def _why_not(order: Row[Any] | None) -> str:
-    # An order still pending here is past its pay deadline (its cancel is on the way).
-    return f"skipped: order is {order.status if order else 'missing'}"
+def _why_not(order: Row[Any] | None, message: Message) -> str:
+    """Why ``message`` is not sent for ``order``: gone, moved on, or (still in a status it waits
+    in) past the deadline it reminds of."""
+    if order is None:
+        return timer_rules.SKIPPED_ORDER_MISSING
+    if order.status in message.statuses:
+        return timer_rules.SKIPPED_PAY_DEADLINE_PASSED
+    return timer_rules.skipped_moved_on(order.status)
 
 
 async def pay_reminder(deps: Deps, batch: Sequence[Claimed]) -> None:
@@ -108,7 +114,7 @@ async def _remind(deps: Deps, batch: Sequence[Claimed], message: Message) -> Non
                 continue
             state = states.get(timer.order_id)
             if timer.order_id not in live:
-                finished[timer.id] = _why_not(current.get(timer.order_id))
+                finished[timer.id] = _why_not(current.get(timer.order_id), message)
             elif state == aftersale.REMINDER_SENT:
                 finished[timer.id] = "already sent"
             elif state == aftersale.REMINDER_UNKNOWN:
@@ -316,7 +322,7 @@ async def _not_sent(
         if message.waits(order, now):
             outcomes[timer.id] = f"gave up: outcome unknown after {row.deliveries} deliveries"
         else:
-            outcomes[timer.id] = _why_not(order)
+            outcomes[timer.id] = _why_not(order, message)
     counted = [row.id for _, row in ours if row.deliveries > 0]
     await aftersale.record_unknowns(conn, counted, token=token, give_up=True)
     never = [row.id for _, row in ours if row.deliveries == 0]

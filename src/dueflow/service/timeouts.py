@@ -1,7 +1,8 @@
 """What each timer kind does when it fires, for a whole batch at once.
 
 Every handler finishes each timer (done, with its outcome) in the same transaction as the
-order transition it causes. A timer whose order moved on is finished as skipped; one whose order
+order transition it causes. A timer whose order moved on is finished as skipped, with the reason
+(``skipped: order is pending_shipment (paid before this timer)``); one whose order
 is still waiting but not yet due (its deadline moved later) is re-armed, never acted on.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.domain import timers as timer_rules
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.domain.timers import TimerKind, quick_backoff
 from dueflow.exceptions import PaymentMismatch
@@ -52,11 +54,13 @@ async def _settle(
     for timer in rest:
         order = current.get(timer.order_id)
         if order is None:
-            outcomes[timer.id] = "skipped: order missing"
-        elif order.status == expected.value and getattr(order, deadline.name) > now:
+            outcomes[timer.id] = timer_rules.SKIPPED_ORDER_MISSING
+        elif order.status != expected.value:
+            outcomes[timer.id] = timer_rules.skipped_moved_on(order.status)
+        elif getattr(order, deadline.name) > now:
             later.append((timer, getattr(order, deadline.name)))
         else:
-            outcomes[timer.id] = f"skipped: order is {order.status}"
+            outcomes[timer.id] = timer_rules.skipped_not_moved(order.status)
     await timers.finish_by_token(conn, batch, outcomes, now)
     for timer, due_at in later:
         await timers.rearm(conn, timer, due_at=due_at)
