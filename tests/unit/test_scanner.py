@@ -236,3 +236,61 @@ async def test_run_scanner_scans_at_start_and_every_interval(world):
 
 async def _is(world, order_id: int, wanted: str) -> bool:
     return await status(world, order_id) == wanted
+
+
+async def test_a_dead_workers_claims_come_back_when_their_lease_ends_not_at_the_next_interval(
+    world,
+):
+    world.deps.scan_interval = timedelta(minutes=5)
+    order_id = await place(world)
+    world.clock.advance(timedelta(minutes=6))
+    # A worker claims the due reminder and dies (killed, or frozen past its lease).
+    async with world.deps.db.write() as conn:
+        dead = await timers.claim_due(conn, now=world.clock.now(), limit=10, lease=world.deps.lease)
+    assert [c.kind for c in dead] == [K.PAY_REMINDER]
+    lease_end = world.clock.now() + world.deps.lease
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_scanner(world.worker, stop))
+    try:
+        # The first pass finds the claim still held; the scanner sleeps, reading the leases a
+        # quarter lease apart, until the lease ends (not until its interval, 5 min away).
+        await eventually(lambda: world.clock.sleepers == 1)
+        assert world.notifier.sent == []
+        world.clock.set(lease_end)
+        await eventually(lambda: world.notifier.sent)
+        assert [r.order_id for r in world.notifier.sent] == [order_id]
+        assert world.worker.stats.lease_wakes == 1
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=5)
+    row = await timer(world, order_id, K.PAY_REMINDER)
+    # Taken back and sent at the lease's end: a lease after the dead claim, to the microsecond.
+    assert (row.state, row.outcome, row.attempts, row.done_at) == ("done", "sent", 2, lease_end)
+
+
+async def test_a_lease_renewed_meanwhile_is_read_again_and_left_alone(world):
+    world.deps.scan_interval = timedelta(minutes=5)
+    order_id = await place(world)
+    world.clock.advance(timedelta(minutes=6))
+    async with world.deps.db.write() as conn:
+        held = await timers.claim_due(conn, now=world.clock.now(), limit=10, lease=world.deps.lease)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_scanner(world.worker, stop))
+    try:
+        await eventually(lambda: world.clock.sleepers == 1)
+        # Its worker is alive: it renews the lease a third of a lease on, as leases.holding does.
+        world.clock.advance(world.deps.lease / 3)
+        async with world.deps.db.write() as conn:
+            renewed_end = world.clock.now() + world.deps.lease
+            assert await timers.extend_lease(conn, held, until=renewed_end) == 1
+        world.clock.advance(world.deps.lease * 2 / 3)  # the first lease's end: renewed, kept
+        await eventually(lambda: world.clock.sleepers == 1)
+        assert world.notifier.sent == []
+        world.clock.set(renewed_end)  # then the worker died: taken back at the renewed end
+        await eventually(lambda: world.notifier.sent)
+        assert world.worker.stats.lease_wakes == 1
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=5)
+    row = await timer(world, order_id, K.PAY_REMINDER)
+    assert (row.state, row.outcome, row.done_at) == ("done", "sent", renewed_end)

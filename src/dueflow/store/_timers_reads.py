@@ -11,13 +11,21 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.timers import TimerState
-from dueflow.store._timers_common import SCHEDULED, Armed, in_state, walk
+from dueflow.store._timers_common import CLAIMED, SCHEDULED, Armed, in_state, walk
 from dueflow.store.schema import timers
 
 
 async def next_due_at(conn: AsyncConnection) -> datetime | None:
     """When the earliest scheduled timer is due."""
     query = select(func.min(timers.c.due_at)).where(timers.c.state == SCHEDULED)
+    value: datetime | None = (await conn.execute(query)).scalar()
+    return value
+
+
+async def next_lease_end(conn: AsyncConnection) -> datetime | None:
+    """When the earliest lease of a claim still held runs out (the scanner wakes then: a
+    killed or frozen worker's claims come back a lease after its last claim or renewal)."""
+    query = select(func.min(timers.c.lease_until)).where(timers.c.state == CLAIMED)
     value: datetime | None = (await conn.execute(query)).scalar()
     return value
 

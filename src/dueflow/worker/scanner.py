@@ -1,5 +1,6 @@
 """The safety net: every scan interval, claim what the trigger missed (timers due more than a
 grace period ago) and claims whose lease expired (a killed worker), and run the same handlers.
+Between passes it wakes as soon as the earliest lease still held runs out.
 
 A pass claims batch after batch and runs each in a lane of its own, as the worker's loop does
 (:meth:`Worker.detach`): a batch still running after
@@ -14,6 +15,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from dueflow import logs
 from dueflow.store import timers
@@ -110,15 +112,54 @@ async def scan_once(worker: Worker, stop: asyncio.Event | None = None) -> ScanRe
     return report
 
 
+#: The least time (the deps' clock) between the start of one pass and a pass a lease's end wakes: a claim
+#: whose lease ran out but which the pass could not take (locked a moment) is not chased in a
+#: busy loop.
+PASS_GAP = timedelta(seconds=1)
+#: The earliest lease end is read this many times a lease (at most once a scan interval), so a
+#: claim made after a read is seen before its lease runs out.
+LEASE_READS = 4
+
+
 async def run_scanner(worker: Worker, stop: asyncio.Event) -> None:
-    """Scan at start and then every scan interval (start to start) until ``stop`` is set; the
-    batches in progress end before it returns."""
+    """Scan at start and then every scan interval (start to start), and as soon as a claim's
+    lease runs out (:func:`_wait_for_pass`), until ``stop`` is set; the batches in progress
+    end before it returns."""
     deps = worker.deps
     scanner = Scanner(worker)
     try:
         while not stop.is_set():
             began = deps.clock.now()
             await scanner.scan(stop)
-            await deps.clock.sleep_until(began + deps.scan_interval, stop)
+            await _wait_for_pass(worker, began, stop)
     finally:
         await scanner.settle()
+
+
+async def _wait_for_pass(worker: Worker, began: datetime, stop: asyncio.Event) -> None:
+    """Sleep until the next pass: a scan interval after ``began``, or the end of the earliest
+    lease still held, whichever comes first (a lease renewed meanwhile is read again before a
+    pass starts). So a killed or frozen worker's claims come back one lease after its last
+    claim or renewal, not a lease and then up to a whole scan interval later."""
+    deps = worker.deps
+    interval_over = began + deps.scan_interval
+    watch = min(deps.scan_interval, deps.lease / LEASE_READS)
+    while not stop.is_set():
+        now = deps.clock.now()
+        if now >= interval_over:
+            return
+        try:
+            async with deps.db.read() as conn:
+                lease_end = await timers.next_lease_end(conn)
+        except Exception as exc:
+            logs.failed(log, "scanner could not read the leases; waiting for its interval", exc)
+            lease_end = None
+        if lease_end is not None:
+            lease_end = max(lease_end, began + PASS_GAP)
+            if lease_end <= now:
+                worker.stats.lease_wakes += 1
+                return
+        wake = min(interval_over, now + watch)
+        if lease_end is not None:
+            wake = min(wake, lease_end)
+        await deps.clock.sleep_until(wake, stop)

@@ -21,6 +21,8 @@ class Stats:
     reruns: int = 0
     #: Times a failed group was split in halves to find the timers that fail on their own.
     splits: int = 0
+    #: Scanner passes started because a lease still held ran out (not the scan interval).
+    lease_wakes: int = 0
     #: Timers parked after their last attempt failed.
     parked: int = 0
     by_kind: dict[str, int] = field(default_factory=lambda: defaultdict(int))
