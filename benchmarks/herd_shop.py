@@ -51,6 +51,7 @@ OFF = Decimal("5.00")
 MINIMUM = Decimal("20.00")
 COUPON_TITLE = "5.00 off"
 
+REMINDERS_CANCELLED = "pay_reminder timers cancelled"
 #: What every flow's herd leaves for each order: its notice sent once, its timers settled.
 NOTICES_AND_TIMERS = {
     "order_closed notices sent once": (
@@ -64,7 +65,7 @@ NOTICES_AND_TIMERS = {
         "SELECT count(*) FROM timers WHERE kind = 'order_closed' AND state = 'done' "
         "AND outcome = 'sent'"
     ),
-    "pay_reminder timers cancelled": (
+    REMINDERS_CANCELLED: (
         "SELECT count(*) FROM timers WHERE kind = 'pay_reminder' AND state = 'cancelled'"
     ),
 }
@@ -207,10 +208,14 @@ async def seed(db: Database, url: str, path: Path, args: argparse.Namespace) -> 
         )
 
 
-async def set_due(db: Database, due: datetime) -> None:
-    """Every pay deadline and cancel_unpaid timer at ``due`` (the reminders stay ahead)."""
-    at = due.astimezone(UTC).replace(tzinfo=None)
-    value = _seed.stamp(due) if db.dialect == "sqlite" else at
+def _stamp(db: Database, at: datetime) -> Any:
+    return _seed.stamp(at) if db.dialect == "sqlite" else at.astimezone(UTC).replace(tzinfo=None)
+
+
+async def set_due(db: Database, due: datetime, *, reminders: bool = False) -> None:
+    """Every pay deadline and cancel_unpaid timer at ``due``; the reminders stay ahead, or with
+    ``reminders`` fall due a second before (a wall of messages ahead of the cancels)."""
+    value = _stamp(db, due)
     async with db.engine.begin() as conn:
         await conn.execute(text("UPDATE orders SET pay_deadline = :due"), {"due": value})
         await conn.execute(
@@ -219,6 +224,14 @@ async def set_due(db: Database, due: datetime) -> None:
             ),
             {"due": value},
         )
+        if reminders:
+            await conn.execute(
+                text(
+                    "UPDATE timers SET due_at = :due, deadline_at = :due "
+                    "WHERE kind = 'pay_reminder'"
+                ),
+                {"due": _stamp(db, due - timedelta(seconds=1))},
+            )
 
 
 PROGRESS = (
@@ -257,6 +270,12 @@ async def outcome(db: Database, due: datetime, flow: Flow) -> dict[str, Any]:
                 )
             )
         ).scalars()
+        found["pay_reminder timers done"] = int(
+            await conn.scalar(
+                text("SELECT count(*) FROM timers WHERE kind = 'pay_reminder' AND state = 'done'")
+            )
+            or 0
+        )
         found["cancel_late"] = sorted((_at(v) - due).total_seconds() for v in cancels)
         found["notice_late"] = sorted((_at(v) - due).total_seconds() for v in notices)
     return found
@@ -336,7 +355,7 @@ async def run(args: argparse.Namespace, tmp: Path, flow: Flow = SHOP) -> dict[st
     try:
         await asyncio.sleep(3.0)  # let the workers start and go idle
         due = datetime.now(UTC) + timedelta(seconds=args.lead)
-        await set_due(db, due)
+        await set_due(db, due, reminders=args.reminders)
         peak = 0
         cancelled_at = sent_at = None
         limit = time.monotonic() + args.timeout
@@ -391,12 +410,28 @@ async def run(args: argparse.Namespace, tmp: Path, flow: Flow = SHOP) -> dict[st
 def failures(args: argparse.Namespace, result: dict[str, Any], flow: Flow = SHOP) -> list[str]:
     """What is not as it must be after the herd (empty: all well)."""
     found = result["db"]
-    failed = [f"{name}: {found[name]}" for name in flow.every_order if found[name] != args.orders]
+    every_order = dict(flow.every_order)
+    if args.reminders:  # due first, a reminder is cancelled with its order or done (skipped)
+        cancelled = found[REMINDERS_CANCELLED]
+        found["pay_reminder timers cancelled or done"] = (
+            cancelled + found["pay_reminder timers done"]
+        )
+        every_order.pop(REMINDERS_CANCELLED)
+        every_order["pay_reminder timers cancelled or done"] = ""
+    failed = [f"{name}: {found[name]}" for name in every_order if found[name] != args.orders]
     failed += [f"{name}: {found[name]}" for name in flow.none_left if found[name] != 0]
     failed += flow.more_failures(args, found)
     if result["notices_logged"] != args.orders:
         failed.append(f"{result['notices_logged']} notices logged")
     return failed
+
+
+def add_reminders_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reminders",
+        action="store_true",
+        help="each order's pay reminder due a second before the herd: messages ahead of it",
+    )
 
 
 def main() -> None:
@@ -411,6 +446,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--lead", type=float, default=3.0, help="seconds from arming to due")
     parser.add_argument("--timeout", type=float, default=1800.0)
+    add_reminders_flag(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dueflow-herd-shop-") as tmp:
         result = asyncio.run(run(args, Path(tmp)))

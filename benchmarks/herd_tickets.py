@@ -177,6 +177,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--lead", type=float, default=3.0, help="seconds from arming to due")
     parser.add_argument("--timeout", type=float, default=1800.0)
+    herd_shop.add_reminders_flag(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dueflow-herd-tickets-") as tmp:
         result = asyncio.run(herd_shop.run(args, Path(tmp), TICKETS))
