@@ -64,8 +64,11 @@ timers = table_with_id(
     # A worker that is behind claims the must-happen timers first: partial, so that claim walks
     # them alone in due order, past any wall of messages due before them. PostgreSQL and SQLite
     # only (MySQL has no partial index; there the claim walks ix_timers_live).
+    # State leads, as in ix_timers_live, though the index holds one state: SQLite (no
+    # statistics) then takes it over ix_timers_parked for the claim.
     Index(
         "ix_timers_must",
+        "state",
         "due_at",
         "id",
         postgresql_where=text(MUST_HAPPEN_WAITING),

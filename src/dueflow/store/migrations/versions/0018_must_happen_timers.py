@@ -24,7 +24,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_timers_must",
         "timers",
-        ["due_at", "id"],
+        ["state", "due_at", "id"],
         unique=False,
         postgresql_where=sa.text(MUST_HAPPEN_WAITING),
         sqlite_where=sa.text(MUST_HAPPEN_WAITING),
