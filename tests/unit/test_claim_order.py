@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from dueflow.domain import timers as timer_rules
 from dueflow.domain.timers import MESSAGES, MUST_HAPPEN, TimerKind
 from dueflow.service import orders as order_service
 from dueflow.service.deps import Deps
 from dueflow.service.timeouts import HANDLERS, Handler
-from dueflow.store import timers
+from dueflow.store import _timers_claims, timers
 from dueflow.store.schema import timers as t_timers
 from dueflow.store.timers import Claimed
 from dueflow.worker.runner import Worker
@@ -103,3 +103,14 @@ async def test_a_backlog_is_claimed_cancels_first_and_the_notices_still_go_out(b
     assert len(finished) + await count(world, cancelled.where(reminder)) == orders
     async with world.deps.db.read() as conn:
         assert await timers.next_due_at(conn) is None
+
+
+async def test_sqlite_reads_the_must_happen_timers_by_their_index(world):
+    """Without statistics SQLite took ix_timers_parked and walked past every message due."""
+    query = _timers_claims.must_happen_due(world.clock.now(), 100)
+    async with world.deps.db.read() as conn:
+        compiled = query.compile(conn.engine, compile_kwargs={"literal_binds": True})
+        plan = (await conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}"))).all()
+    assert [row[-1] for row in plan] == [
+        "SEARCH timers USING INDEX ix_timers_must (state=? AND due_at<?)"
+    ]

@@ -109,6 +109,16 @@ async def claim_due(
 _MUST_HAPPEN = text(f"timers.kind IN {MUST_HAPPEN_KINDS}")
 
 
+def must_happen_due(now: datetime, limit: int) -> Any:
+    """The must-happen timers due at ``now``, earliest first (read by ``ix_timers_must``)."""
+    return (
+        select(timers.c.id)
+        .where(_claimable(now), _MUST_HAPPEN)
+        .order_by(timers.c.due_at, timers.c.id)
+        .limit(limit)
+    )
+
+
 async def claim_due_first(
     conn: AsyncConnection, *, now: datetime, limit: int, lease: timedelta
 ) -> list[Claimed]:
@@ -119,12 +129,7 @@ async def claim_due_first(
     share of the claims at least, and are never later than in due order at that share's rate.
     One statement more than :func:`claim_due` (two reads, one update) for a whole batch."""
     share = timer_rules.due_order_share(limit)
-    first = (
-        select(timers.c.id)
-        .where(_claimable(now), _MUST_HAPPEN)
-        .order_by(timers.c.due_at, timers.c.id)
-        .limit(limit - share)
-    )
+    first = must_happen_due(now, limit - share)
     ids = list((await conn.execute(locking(conn, first))).scalars())
     # Rows this transaction locked already are not skipped: the oldest may be among them.
     oldest = (
