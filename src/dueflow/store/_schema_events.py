@@ -16,6 +16,11 @@ order_events = table_with_id(
     Column("from_status", String(32)),
     Column("to_status", String(32)),
     Column("detail", String(500)),
+    # What is particular to the event (JSON, written with it: docs/events.md's type table) and
+    # the order as its view shows it after the event's transaction (JSON; store/snapshots.py).
+    # NULL on events written before migration 0014.
+    Column("data", Text),
+    Column("snapshot", Text),
     # The order in which events became visible, numbered after they commit by the sequencer
     # (store/events.py); NULL until then. Ids are not that order: a slower transaction with a
     # lower id can commit later. The unique index also finds the rows still to number.

@@ -151,6 +151,21 @@ def after_commit(conn: AsyncConnection, hook: AfterCommit) -> None:
     hooks.append(hook)
 
 
+BeforeCommit = Callable[[], Awaitable[None]]
+_BEFORE_COMMIT = "dueflow_before_commit"
+
+
+def before_commit(conn: AsyncConnection, key: str, hook: BeforeCommit) -> bool:
+    """Run ``hook`` last in the write transaction of ``conn``, once per ``key`` (registering
+    the same key again keeps the first hook); False when ``conn`` is no connection of
+    Database.write() (the caller then does the work at once)."""
+    hooks = conn.info.get(_BEFORE_COMMIT)
+    if hooks is None:
+        return False
+    hooks.setdefault(key, hook)
+    return True
+
+
 class Database:
     """One engine and its transactions."""
 
@@ -252,8 +267,12 @@ class Database:
         try:
             async with self.engine.begin() as conn:
                 conn.info[_AFTER_COMMIT] = hooks
+                last: dict[str, BeforeCommit] = {}
+                conn.info[_BEFORE_COMMIT] = last
                 try:
                     yield conn
+                    for hook in last.values():
+                        await hook()
                 except exc.DBAPIError as error:
                     await self._dropped(conn, error)
                     raise
@@ -263,6 +282,7 @@ class Database:
                     # not hide the dropped connection's error (BackendUnavailable) behind it.
                     with contextlib.suppress(exc.PendingRollbackError):
                         conn.info.pop(_AFTER_COMMIT, None)
+                        conn.info.pop(_BEFORE_COMMIT, None)
         except (exc.DBAPIError, exc.TimeoutError, UnicodeEncodeError) as error:
             raise translate(error) from error
 

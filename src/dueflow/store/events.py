@@ -11,7 +11,7 @@ numbered before it. Readers go by ``seq`` only and never see a number skipped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -34,6 +34,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.store import snapshots
 from dueflow.store.schema import event_deliveries, event_sequence, order_events, orders
 from dueflow.store.types import UTCDateTime, fit
 
@@ -45,17 +46,19 @@ d = event_deliveries.c
 
 
 class Entry(NamedTuple):
-    """One timeline entry to append: the order, the event, the status move if any, the detail."""
+    """One timeline entry to append: the order, the event, the status move if any, the detail
+    (words, for the timeline) and the data (structured, for the envelope)."""
 
     order_id: int
     event: str
     from_status: str | None = None
     to_status: str | None = None
     detail: str | None = None
+    data: Mapping[str, Any] | None = None
 
 
 #: The columns :func:`record` writes, in the order its SELECTs give them.
-_COLUMNS = ["order_id", "at", "event", "actor", "from_status", "to_status", "detail"]
+_COLUMNS = ["order_id", "at", "event", "actor", "from_status", "to_status", "detail", "data"]
 _NOW = bindparam("now", type_=UTCDateTime)
 _ACTOR = bindparam("actor", type_=String)
 #: PostgreSQL: the entries as one array per column, unnested in their order.
@@ -66,8 +69,11 @@ _ARRAYS = (
         bindparam("from_statuses", type_=ARRAY(String)),
         bindparam("to_statuses", type_=ARRAY(String)),
         bindparam("details", type_=ARRAY(String)),
+        bindparam("datas", type_=ARRAY(String)),
     )
-    .table_valued("order_id", "event", "from_status", "to_status", "detail", with_ordinality="n")
+    .table_valued(
+        "order_id", "event", "from_status", "to_status", "detail", "data", with_ordinality="n"
+    )
     .render_derived(name="entry")
 )
 _FROM_ARRAYS = insert(order_events).from_select(
@@ -80,6 +86,7 @@ _FROM_ARRAYS = insert(order_events).from_select(
         _ARRAYS.c.from_status,
         _ARRAYS.c.to_status,
         _ARRAYS.c.detail,
+        _ARRAYS.c.data,
     ).order_by(_ARRAYS.c.n),
 )
 #: SQLite: the entries as one JSON array of arrays, read by json_each in their order.
@@ -92,7 +99,7 @@ def _field(n: int) -> Any:
 
 _FROM_JSON = insert(order_events).from_select(
     _COLUMNS,
-    select(_field(0), _NOW, _field(1), _ACTOR, _field(2), _field(3), _field(4)).order_by(
+    select(_field(0), _NOW, _field(1), _ACTOR, _field(2), _field(3), _field(4), _field(5)).order_by(
         _JSON.c.key
     ),
 )
@@ -108,10 +115,12 @@ async def record(
 
     No parameters per row: on PostgreSQL one array per column (``unnest``), on SQLite one JSON
     array (``json_each``); a cancel of 2,000 orders writes 4,000 entries this way. MySQL gets
-    the rows as one executemany."""
+    the rows as one executemany. Their orders' snapshots are filled last in the transaction
+    (:mod:`dueflow.store.snapshots`)."""
     if not entries:
         return
-    order_ids, names, froms, tos, texts = (list(c) for c in zip(*entries, strict=True))
+    order_ids, names, froms, tos, texts, datas = (list(c) for c in zip(*entries, strict=True))
+    data = [None if d is None else snapshots.encode(d) for d in datas]
     cut = {name: fit(e.event, name) or "" for name in set(names)}
     names = [cut[name] for name in names]
     details = [fit(e.detail, text) for text in texts]
@@ -119,33 +128,42 @@ async def record(
     dialect = conn.dialect.name
     if dialect == "postgresql":
         columns = {"events": names, "from_statuses": froms, "to_statuses": tos}
-        params = {"order_ids": order_ids, **columns, "details": details}
+        params = {"order_ids": order_ids, **columns, "details": details, "datas": data}
         await conn.execute(_FROM_ARRAYS, {"now": now, "actor": actor, **params})
     elif dialect == "sqlite":
-        rows = orjson.dumps(list(zip(order_ids, names, froms, tos, details, strict=True)))
+        rows = orjson.dumps(list(zip(order_ids, names, froms, tos, details, data, strict=True)))
         await conn.execute(_FROM_JSON, {"now": now, "actor": actor, "entries": rows.decode()})
     else:
         await conn.execute(
             insert(order_events),
             [
-                dict(zip(_COLUMNS, (oid, now, name, actor, f, t, d), strict=True))
-                for oid, name, f, t, d in zip(order_ids, names, froms, tos, details, strict=True)
+                dict(zip(_COLUMNS, (oid, now, name, actor, f, t, d, j), strict=True))
+                for oid, name, f, t, d, j in zip(
+                    order_ids, names, froms, tos, details, data, strict=True
+                )
             ],
         )
+    await snapshots.fill_now(conn, order_ids)
 
 
 async def record_each(
     conn: AsyncConnection,
-    entries: Sequence[tuple[int, str | None]],
+    entries: Sequence[tuple[int, str | None] | tuple[int, str | None, Mapping[str, Any] | None]],
     *,
     event: str,
     actor: str,
     now: datetime,
 ) -> None:
-    """Append one event per (order id, detail): the same event, each order's own detail, in
-    one statement (:func:`record`)."""
+    """Append one event per (order id, detail[, data]): the same event, each order's own
+    detail and data, in one statement (:func:`record`)."""
     await record(
-        conn, [Entry(oid, event, detail=detail) for oid, detail in entries], actor=actor, now=now
+        conn,
+        [
+            Entry(x[0], event, detail=x[1], data=x[2] if len(x) > 2 else None)
+            for x in entries
+        ],
+        actor=actor,
+        now=now,
     )
 
 

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
-from dueflow.store import tally
+from dueflow.store import snapshots, tally
 from dueflow.store.schema import order_events, orders
 from dueflow.store.types import CENT, UTCDateTime, fit
 
@@ -177,9 +177,11 @@ async def record_events(
     from_status: OrderStatus | None = None,
     to_status: OrderStatus | None = None,
     detail: str | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> None:
-    """Append one timeline entry per order; texts longer than their columns are cut (a
-    provider's message in ``detail`` must not fail the write it is part of)."""
+    """Append one timeline entry per order, each with ``data`` (the envelope's, structured);
+    texts longer than their columns are cut (a provider's message in ``detail`` must not fail
+    the write it is part of). The orders' snapshots are filled last in the transaction."""
     if not rows:
         return
     ids = [r if isinstance(r, int) else r.id for r in rows]
@@ -196,8 +198,10 @@ async def record_events(
             from_status=from_status,
             to_status=to_status,
             detail=detail,
+            data=data,
         )
         return
+    text = None if data is None else snapshots.encode(data)
     # One INSERT ... SELECT for a batch: no per-row parameters to build.
     entries = select(
         orders.c.id,
@@ -207,12 +211,15 @@ async def record_events(
         literal(from_status.value if from_status else None, String),
         literal(to_status.value if to_status else None, String),
         literal(detail, String),
+        literal(text, String),
     ).where(tally.among(conn, orders.c.id, ids))
     await conn.execute(
         insert(order_events).from_select(
-            ["order_id", "at", "event", "actor", "from_status", "to_status", "detail"], entries
+            ["order_id", "at", "event", "actor", "from_status", "to_status", "detail", "data"],
+            entries,
         )
     )
+    await snapshots.fill_now(conn, ids)
 
 
 async def add_event(
@@ -225,9 +232,13 @@ async def add_event(
     from_status: OrderStatus | None = None,
     to_status: OrderStatus | None = None,
     detail: str | None = None,
+    data: Mapping[str, Any] | None = None,
+    snapshot: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Append one timeline entry (texts cut to their columns, as :func:`record_events`);
-    returns it as :func:`timeline` reads it (not yet numbered: ``seq`` is None)."""
+    """Append one timeline entry (texts cut to their columns, as :func:`record_events`) with
+    its ``data`` and the order's ``snapshot`` (given: placing knows its order whole; else
+    filled last in the transaction); returns it as :func:`timeline` reads it (not yet
+    numbered: ``seq`` is None)."""
     values = {
         "order_id": order_id,
         "at": now,
@@ -236,14 +247,21 @@ async def add_event(
         "from_status": from_status.value if from_status else None,
         "to_status": to_status.value if to_status else None,
         "detail": fit(order_events.c.detail, detail),
+        "data": None if data is None else snapshots.encode(data),
+        "snapshot": None if snapshot is None else snapshots.encode(snapshot),
     }
     result = await conn.execute(_INSERT_EVENT, values)
+    if snapshot is None:
+        await snapshots.fill_now(conn, [order_id])
     values["id"] = int(result.inserted_primary_key[0])  # type: ignore[index]
-    return as_read(order_events, values)
+    read = as_read(order_events, values)
+    return {name: read[name] for name in TIMELINE_COLUMNS}
 
 
+#: What a timeline shows of each event: all but its envelope's data and order snapshot.
+TIMELINE_COLUMNS = tuple(c.name for c in order_events.c if c.name not in ("data", "snapshot"))
 _TIMELINE = (
-    select(order_events)
+    select(*(order_events.c[name] for name in TIMELINE_COLUMNS))
     .where(order_events.c.order_id == bindparam("order_id"))
     .order_by(order_events.c.at, order_events.c.id)
 )

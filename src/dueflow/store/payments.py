@@ -223,7 +223,20 @@ async def create_refunds(
     ]
     if rows:
         await conn.execute(insert(refunds), rows)
-        entries = [(r["order_id"], f"{r['refund_no']} {r['amount']} {reason}") for r in rows]
+        entries = [
+            (
+                r["order_id"],
+                f"{r['refund_no']} {r['amount']} {reason}",
+                {
+                    "refund_no": r["refund_no"],
+                    "payment_id": r["payment_id"],
+                    "provider": r["provider"],
+                    "amount": r["amount"],
+                    "reason": reason,
+                },
+            )
+            for r in rows
+        ]
         await events.record_each(conn, entries, event="refund_created", actor=actor, now=now)
     return len(rows)
 

@@ -9,7 +9,7 @@ from dueflow.store.types import Id, UTCDateTime
 
 revision = "0015"
 # 0014 once the event envelope (0014) is merged.
-down_revision = "0013"
+down_revision = "0014"
 
 
 def upgrade() -> None:
