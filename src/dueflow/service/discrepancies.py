@@ -13,14 +13,34 @@ from dueflow.store import orders, payments
 
 
 async def record(
-    conn: AsyncConnection, attempt: Row[Any], kind: str, detail: str, *, actor: str, now: datetime
+    conn: AsyncConnection,
+    attempt: Row[Any],
+    kind: str,
+    detail: str,
+    *,
+    actor: str,
+    now: datetime,
+    **data: Any,
 ) -> None:
     """In the caller's write transaction: the discrepancy ``kind`` of the attempt, and its
-    entry on the order's timeline (``kind: detail``)."""
+    entry on the order's timeline (``kind: detail``; its data the kind, the attempt's provider,
+    pay_no and amount, and what the kind adds, ``data``: docs/events.md)."""
     order_id = attempt.order_id
     await payments.record_discrepancy(
         conn, kind=kind, order_id=order_id, payment_id=attempt.id, detail=detail, now=now
     )
     await orders.record_events(
-        conn, [order_id], event="discrepancy", actor=actor, now=now, detail=f"{kind}: {detail}"
+        conn,
+        [order_id],
+        event="discrepancy",
+        actor=actor,
+        now=now,
+        detail=f"{kind}: {detail}",
+        data={
+            "kind": kind,
+            "provider": attempt.provider,
+            "pay_no": attempt.pay_no,
+            "amount": attempt.amount,
+            **data,
+        },
     )

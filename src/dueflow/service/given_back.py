@@ -50,6 +50,7 @@ async def record(deps: Deps, given_back: Sequence[tuple[Row[Any], Decimal]], now
                 actor=row.provider,
                 now=now,
                 detail=detail,
+                data={"provider": row.provider, "pay_no": row.pay_no, "amount": amount},
             )
             attempt = await payments.by_pay_no(conn, row.pay_no)
             if attempt is not None and attempt.state == payments.PAID:
@@ -75,5 +76,13 @@ async def record_late_payment(
         f"{attempt.provider} {attempt.pay_no} paid {attempt.amount}, already given back "
         f"{attempt.provider_refunded} by {attempt.provider} itself: the order is not moved"
     )
-    await discrepancies.record(conn, attempt, "refunded_by_provider", detail, actor=actor, now=now)
+    await discrepancies.record(
+        conn,
+        attempt,
+        "refunded_by_provider",
+        detail,
+        actor=actor,
+        now=now,
+        provider_refunded=attempt.provider_refunded,
+    )
     log.warning("DISCREPANCY refunded_by_provider: %s", detail)

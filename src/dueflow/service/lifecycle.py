@@ -253,7 +253,22 @@ async def _released(
         for line in lines[r.id]:
             by_kind[line.kind].append(line)
         parts = [f"{holds.describe(group)} {where[kind]}" for kind, group in by_kind.items()]
-        entries.append(events.Entry(r.id, "released", detail="; ".join(parts) or "nothing held"))
+        data = {
+            "how": "released" if where is RELEASED else "forfeited",
+            "lines": [
+                {
+                    "kind": line.kind,
+                    "item_id": line.item_id,
+                    "label": line.label,
+                    "quantity": line.quantity,
+                    "went": where[line.kind],
+                }
+                for line in lines[r.id]
+            ],
+        }
+        entries.append(
+            events.Entry(r.id, "released", detail="; ".join(parts) or "nothing held", data=data)
+        )
     return entries
 
 

@@ -110,6 +110,7 @@ async def _submit(deps: Deps, refund_id: int, *, expected: str, actor: str) -> s
             actor=actor,
             now=now,
             detail=f"{row.refund_no} {row.amount}",
+            data=refund_data(row),
         )
         # Followed from the moment it is processing: a crash before the provider answers
         # leaves a timer that asks (and resubmits) rather than a refund nobody watches.
@@ -130,6 +131,17 @@ async def record_answer(deps: Deps, refund_no: str, outcome: RefundOutcome) -> s
     if row.state != REFUND_PROCESSING or outcome.result not in FINAL:
         return str(row.state)
     return await _apply(deps, row, outcome)
+
+
+def refund_data(row: Row[Any]) -> dict[str, Any]:
+    """What a refund event's envelope says of its refund (``data``)."""
+    return {
+        "refund_no": row.refund_no,
+        "payment_id": row.payment_id,
+        "provider": row.provider,
+        "amount": row.amount,
+        "reason": row.reason,
+    }
 
 
 def request_of(row: Row[Any]) -> RefundRequest:
@@ -295,6 +307,7 @@ async def _close(deps: Deps, refund_id: int, *, to: str, detail: str, actor: str
             actor=actor,
             now=now,
             detail=f"{row.refund_no} {row.amount}: {detail}",
+            data={**refund_data(row), "note": detail},
         )
     return to
 
@@ -360,4 +373,5 @@ async def _record_outcome(
         actor=row.provider,
         now=now,
         detail=f"{row.refund_no} {outcome.reason}".strip(),
+        data={**refund_data(row), "provider_message": outcome.reason or None},
     )

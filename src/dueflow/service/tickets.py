@@ -371,6 +371,7 @@ async def cancel_show(deps: Deps, *, show_id: int, user_id: int) -> int:
             actor=actors.user(user_id),
             now=now,
             detail=f"show {show_id} cancelled by its organizer",
+            data={"show_id": show_id},
         )
     await deps.arm(armed)
     return len(live)

@@ -150,6 +150,7 @@ async def ship(deps: Deps, *, order_id: int, user_id: int, carrier: str, trackin
             from_status=S.PENDING_SHIPMENT,
             to_status=S.SHIPPED,
             detail=f"{carrier} {tracking_no}",
+            data={"carrier": carrier, "tracking_no": tracking_no},
         )
     await deps.arm(armed)
 
@@ -255,7 +256,13 @@ async def review(deps: Deps, *, order_id: int, user_id: int, rating: int, commen
         )
         actor = actors.user(user_id)
         await orders.record_events(
-            conn, [order_id], event="review", actor=actor, now=now, detail=f"{role} rated {rating}"
+            conn,
+            [order_id],
+            event="review",
+            actor=actor,
+            now=now,
+            detail=f"{role} rated {rating}",
+            data={"role": role, "rating": rating, "comment": comment},
         )
         if reviewed | {role} >= {"buyer", "seller"}:
             await lifecycle.complete(

@@ -191,6 +191,7 @@ async def finish_placing(
     if remind_at is not None:
         new.append(timers.NewTimer(order_id, TimerKind.PAY_REMINDER, remind_at))
     scheduled = await timers.schedule_rows(conn, new, now)
+    held = _line_views(lines)
     event = await orders.add_event(
         conn,
         order_id,
@@ -199,6 +200,12 @@ async def finish_placing(
         now=now,
         to_status=S.PENDING_PAYMENT,
         detail=detail,
+        data={
+            "amount": order["amount"],
+            "lines": [{k: v[k] for k in ("kind", "item_id", "quantity")} for v in held],
+        },
+        # The order whole, as written: no statement to read it back.
+        snapshot={**order, "lines": held, "tickets": [], "payments": [], "refunds": []},
     )
     view = new_view(order, lines, [orders.as_read(timer_rows, t) for t in scheduled], event)
     await idempotency.tie(conn, key, view, now)
@@ -213,7 +220,17 @@ def new_view(
 ) -> dict[str, Any]:
     """The view :func:`view_in` reads of an order just placed, from what was written."""
     view = dict(order)
-    view["lines"] = [
+    view["lines"] = _line_views(lines)
+    view["tickets"], view["payments"], view["refunds"], view["reviews"] = [], [], [], []
+    view["timers"] = scheduled
+    view["notices"] = []
+    view["timeline"] = [event]
+    return view
+
+
+def _line_views(lines: Sequence[holds.Line]) -> list[dict[str, Any]]:
+    """The lines as the order view reads them back."""
+    return [
         {
             "kind": line.kind,
             "item_id": line.item_id,
@@ -223,11 +240,6 @@ def new_view(
         }
         for line in lines
     ]
-    view["tickets"], view["payments"], view["refunds"], view["reviews"] = [], [], [], []
-    view["timers"] = scheduled
-    view["notices"] = []
-    view["timeline"] = [event]
-    return view
 
 
 def _goods_state(item: Row[Any] | hot.HotRow) -> str:

@@ -204,6 +204,12 @@ async def apply_payment(
             from_status=OrderStatus.PENDING_PAYMENT,
             to_status=to,
             detail=f"{attempt.provider} {attempt.pay_no} {attempt.amount}",
+            data={
+                "provider": attempt.provider,
+                "pay_no": attempt.pay_no,
+                "provider_trade_no": payment.provider_trade_no,
+                "amount": attempt.amount,
+            },
         )
         return PaymentOutcome.CONFIRMED, armed
     # The order is locked since its status was read, and the move found it no longer pending:
@@ -227,7 +233,16 @@ async def _refund_late_payment(
     if not owed:
         returned = attempt.provider_refunded
         detail = f"{detail}; {attempt.provider} already gave back {returned}: no refund due"
-    await discrepancies.record(conn, attempt, kind, detail, actor=actor, now=now)
+    await discrepancies.record(
+        conn,
+        attempt,
+        kind,
+        detail,
+        actor=actor,
+        now=now,
+        order_status=status.value,
+        refund_due=owed,
+    )
     where = {"order_id": attempt.order_id, "pay_no": attempt.pay_no}
     if not owed:
         log.warning("DISCREPANCY %s: %s", kind, detail, extra=where)
@@ -250,7 +265,13 @@ async def record_mismatch_at_close(
     await payments.mark_paid(conn, attempt.id, provider_trade_no=payment.provider_trade_no, now=now)
     text = f"{attempt.provider} {attempt.pay_no}: {detail}"
     await discrepancies.record(
-        conn, attempt, "amount_mismatch", text, actor="close_or_query", now=now
+        conn,
+        attempt,
+        "amount_mismatch",
+        text,
+        actor="close_or_query",
+        now=now,
+        paid_amount=payment.amount,
     )
     log.error(
         "DISCREPANCY amount_mismatch: %s; an operator settles the money",

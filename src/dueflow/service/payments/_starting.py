@@ -149,6 +149,12 @@ async def _new_attempt(
             actor=actors.user(user_id),
             now=now,
             detail=f"{provider} {attempt.pay_no}",
+            data={
+                "provider": provider,
+                "pay_no": attempt.pay_no,
+                "amount": attempt.amount,
+                "expires_at": attempt.expires_at,
+            },
         )
         if key is not None:
             await idempotency.note(conn, key.id, attempt_id)
