@@ -49,7 +49,7 @@ async def test_a_late_commit_is_fed_after_the_one_that_committed_first(backend_w
         await fast
         assert await events.sequence(w.deps) == 2
         fed = await fed_from(w, start)
-        assert [e["event"] for e in fed] == ["slow", "fast"]
+        assert [e["type"] for e in fed] == ["slow", "fast"]
         return
 
     async with w.deps.db.write() as slow:
@@ -57,16 +57,16 @@ async def test_a_late_commit_is_fed_after_the_one_that_committed_first(backend_w
         await _commit(w, b, "fast", now)
         assert await events.sequence(w.deps) == 1  # only what committed
         first = await fed_from(w, start)
-        assert [e["event"] for e in first] == ["fast"]
+        assert [e["type"] for e in first] == ["fast"]
     ids = await event_ids(w, [a, b])
     assert ids["slow"] < ids["fast"]
-    assert await fed_from(w, first[-1]["seq"]) == []  # committed, not yet numbered
+    assert await fed_from(w, seq_of(first[-1])) == []  # committed, not yet numbered
     assert await events.sequence(w.deps) == 1
-    late = await fed_from(w, first[-1]["seq"])
-    assert [e["event"] for e in late] == ["slow"]  # a reader past "fast" still gets it
+    late = await fed_from(w, seq_of(first[-1]))
+    assert [e["type"] for e in late] == ["slow"]  # a reader past "fast" still gets it
     everything = await fed_from(w, 0)
-    assert [e["event"] for e in everything][-2:] == ["fast", "slow"]
-    assert [e["seq"] for e in everything] == list(range(1, len(everything) + 1))
+    assert [e["type"] for e in everything][-2:] == ["fast", "slow"]
+    assert [seq_of(e) for e in everything] == list(range(1, len(everything) + 1))
 
 
 async def _commit(w, order_id: int, name: str, now) -> None:
@@ -99,6 +99,6 @@ async def test_sequencers_in_many_processes_number_every_event_once(backend_worl
     while await events.sequence(w.deps):
         pass
     fed = await fed_from(w, 0)
-    assert sorted(e["order_id"] for e in fed) == sorted(placed)
-    assert [e["seq"] for e in fed] == list(range(1, len(placed) + 1))
+    assert sorted(e["order"]["id"] for e in fed) == sorted(placed)
+    assert [seq_of(e) for e in fed] == list(range(1, len(placed) + 1))
     assert sum(counts) <= len(placed)

@@ -36,10 +36,10 @@ async def test_serve_numbers_the_events_and_delivers_them_to_the_webhook(tmp_pat
 
                 async def fed() -> list[dict]:
                     answer = await http.get("/api/events", headers=bob)
-                    return [e for e in answer.json()["events"] if e["order_id"] == order_id]
+                    return [e for e in answer.json()["events"] if e["order"]["id"] == order_id]
 
                 assert await eventually(lambda: _has(fed, 3), 10, 0.1)
-                assert [e["event"] for e in await fed()] == ["place", "buyer_cancel", "released"]
+                assert [e["type"] for e in await fed()] == ["place", "buyer_cancel", "released"]
                 assert await eventually(lambda: len(receiver.got) == 3, 10, 0.1)
                 assert receiver.verified() == await fed()
             assert served.stop() == 0

@@ -18,6 +18,7 @@ from dueflow.payments.manual import ManualProvider
 from dueflow.service import accounts, events, orders, payments, refunds, webhooks
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
+from tests.envelopes import seq_of, user
 from tests.conftest import START, eventually, table_snapshot
 from tests.unit.api import Api, FakePay
 
@@ -55,7 +56,7 @@ async def read_all(api: Api, who: str = "admin", *, after: str | None = None, li
 
 
 def of_order(fed: list[dict], order_id: int) -> list[str]:
-    return [e["event"] for e in fed if e["order_id"] == order_id]
+    return [e["type"] for e in fed if e["order"]["id"] == order_id]
 
 
 async def stored_events(deps) -> list:
@@ -86,13 +87,13 @@ async def test_an_order_life_writes_each_of_its_events(api):
         "review",
         "reviews_complete",
     ]
-    by_event = {e["event"]: e for e in fed if e["order_id"] == order_id}
-    assert (by_event["pay"]["from_status"], by_event["pay"]["to_status"]) == (
+    by_event = {e["type"]: e for e in fed if e["order"]["id"] == order_id}
+    assert (by_event["pay"]["data"]["from_status"], by_event["pay"]["data"]["to_status"]) == (
         "pending_payment",
         "pending_shipment",
     )
-    assert by_event["reviews_complete"]["to_status"] == "completed"
-    assert by_event["payment_started"]["actor"] == f"user:{api.ids['buyer']}"
+    assert by_event["reviews_complete"]["data"]["to_status"] == "completed"
+    assert by_event["payment_started"]["actor"] == user(api.ids["buyer"])
 
 
 async def test_cancels_write_their_reason_what_was_released_and_the_refund(api):
@@ -103,20 +104,33 @@ async def test_cancels_write_their_reason_what_was_released_and_the_refund(api):
     await events.sequence(api.deps)
     fed, _ = await read_all(api)
 
-    cancel, released = [e for e in fed if e["order_id"] == unpaid][-2:]
-    assert (cancel["event"], cancel["to_status"]) == ("buyer_cancel", "cancelled_unpaid")
+    cancel, released = [e for e in fed if e["order"]["id"] == unpaid][-2:]
+    assert (cancel["type"], cancel["data"]["to_status"]) == ("buyer_cancel", "cancelled_unpaid")
     goods_of = await goods_ids(api)
-    assert (released["event"], released["detail"]) == (
-        "released",
-        f"goods {goods_of[unpaid]} back on sale",
-    )
+    assert cancel["data"]["reason"] == "buyer_cancel"
+    assert released["type"] == "released"
+    assert released["data"] == {
+        "how": "released",
+        "lines": [
+            {
+                "kind": "goods",
+                "item_id": goods_of[unpaid],
+                "label": released["data"]["lines"][0]["label"],
+                "quantity": 1,
+                "went": "back on sale",
+            }
+        ],
+    }
     assert of_order(fed, unshipped)[-3:] == ["seller_cancel", "released", "refund_created"]
     created = fed[-1]
-    assert created["detail"].endswith(" 12.50 seller_cancel")
-    assert created["actor"] == f"user:{api.ids['seller']}"
-    assert [e["detail"] for e in fed if e["order_id"] == unshipped][-2] == (
-        f"goods {goods_of[unshipped]} taken off sale"
-    )
+    assert (created["data"]["amount"], created["data"]["reason"]) == ("12.50", "seller_cancel")
+    assert created["actor"] == user(api.ids["seller"])
+    released = [e for e in fed if e["order"]["id"] == unshipped][-2]
+    assert released["data"]["how"] == "forfeited"
+    assert [(x["item_id"], x["went"]) for x in released["data"]["lines"]] == [
+        (goods_of[unshipped], "taken off sale")
+    ]
+    assert created["order"]["refunds"][0]["state"] == "pending_review"
 
     # approved, failed at the provider, retried, succeeded: each an event
     api.provider.refund_answers = [RefundResult.FAILED, RefundResult.SUCCEEDED]
@@ -142,8 +156,15 @@ async def test_a_payment_after_the_cancel_is_a_discrepancy_event_and_a_refund_ev
     await events.sequence(api.deps)
     fed, _ = await read_all(api)
     assert of_order(fed, order_id)[-2:] == ["discrepancy", "refund_created"]
-    discrepancy = next(e for e in fed if e["event"] == "discrepancy")
-    assert discrepancy["detail"].startswith(f"paid_after_cancel: manual {pay_no} paid 12.50")
+    discrepancy = next(e for e in fed if e["type"] == "discrepancy")
+    assert discrepancy["data"] == {
+        "kind": "paid_after_cancel",
+        "provider": "manual",
+        "pay_no": pay_no,
+        "amount": "12.50",
+        "order_status": "cancelled_unpaid",
+        "refund_due": True,
+    }
 
 
 async def test_a_timeout_cancel_releases_in_the_timers_transaction(world):
@@ -202,7 +223,7 @@ async def test_events_are_fed_only_once_numbered_in_id_order_in_bounded_batches(
     stored = await stored_events(world.deps)
     assert [r.seq for r in stored] == [1, 2, 3] and await counter(world.deps) == 3
     fed = await events.feed(world.deps, after=0, limit=100)
-    assert [(e["id"], e["seq"], e["order_id"]) for e in fed] == [
+    assert [(e["id"], seq_of(e), e["order"]["id"]) for e in fed] == [
         (f"evt_{r.seq}", r.seq, r.order_id) for r in stored
     ]
 
@@ -308,7 +329,7 @@ async def test_pages_follow_the_cursor_each_event_once_in_seq_order(api):
     for limit in (1, 2, 5):
         fed, last = await read_all(api, limit=limit)
         assert fed == everything
-        assert last == feed_api.cursor_of(everything[-1]["seq"])
+        assert last == feed_api.cursor_of(seq_of(everything[-1]))
     # an empty page hands back the cursor it was given, to poll from
     answer = await api.call("GET", "/api/events", "admin", params={"after": last})
     assert answer.json() == {"events": [], "next": last}
@@ -319,7 +340,7 @@ async def test_resuming_from_every_cursor_gives_each_later_event_exactly_once(ap
     everything = await events.feed(api.deps, after=0, limit=500)
     for position in range(len(everything) + 1):
         fed, _ = await read_all(api, after=feed_api.cursor_of(position), limit=2)
-        assert [e["seq"] for e in fed] == [e["seq"] for e in everything[position:]]
+        assert [seq_of(e) for e in fed] == [seq_of(e) for e in everything[position:]]
 
 
 async def test_the_feed_answers_events_in_its_response_model(api):
@@ -343,7 +364,7 @@ async def test_a_buyer_and_a_seller_see_only_their_orders_events(api):
         mine = {r.id for r in rows if user_id in (r.buyer_id, r.seller_id)}
         fed, _ = await read_all(api, who, limit=2)
         assert mine, who
-        assert fed == [e for e in everything if e["order_id"] in mine], who
+        assert fed == [e for e in everything if e["order"]["id"] in mine], who
     admin, _ = await read_all(api, "admin")
     assert admin == everything
     assert (await api.call("GET", "/api/events", None)).status_code == 401
@@ -361,7 +382,7 @@ async def test_a_short_scoped_page_moves_the_cursor_past_others_events(api):
     answer = await api.call("GET", "/api/events", "nobody", params={"limit": 100})
     page = answer.json()
     assert page["events"] == []
-    assert page["next"] == feed_api.cursor_of(everything[-1]["seq"])
+    assert page["next"] == feed_api.cursor_of(seq_of(everything[-1]))
     again = await api.call("GET", "/api/events", "nobody", params={"after": page["next"]})
     assert again.json() == {"events": [], "next": page["next"]}
     # ...and still misses nothing of its own that comes later.
@@ -371,7 +392,7 @@ async def test_a_short_scoped_page_moves_the_cursor_past_others_events(api):
     order_id = await orders.place_order(api.deps, buyer_id=nobody.id, goods_id=goods_id)
     await events.sequence(api.deps)
     later = await api.call("GET", "/api/events", "nobody", params={"after": page["next"]})
-    assert [e["order_id"] for e in later.json()["events"]] == [order_id]
+    assert [e["order"]["id"] for e in later.json()["events"]] == [order_id]
 
 
 @pytest.mark.parametrize(

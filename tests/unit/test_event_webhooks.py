@@ -28,6 +28,7 @@ from dueflow.exceptions import ConfigError, InvalidInput
 from dueflow.notifiers.event_webhook import EventWebhook, Target
 from dueflow.service import accounts, events, orders, webhooks
 from dueflow.store import schema
+from tests.envelopes import seq_of, user
 from tests.conftest import eventually, table_snapshot
 
 SECRET = "events-s3cret"
@@ -155,11 +156,11 @@ async def test_a_receiver_down_for_a_while_then_back_gets_everything_in_order_on
     got = receiver.verified()
     assert got == fed  # every event, in seq order (so in order per order), each once
     assert [h["x-dueflow-delivery"] for h, _ in receiver.got] == [e["id"] for e in fed]
-    for order_id in {e["order_id"] for e in fed}:
-        mine = [e for e in got if e["order_id"] == order_id]
-        assert [e["event"] for e in mine] == ["place", "buyer_cancel", "released"]
+    for order_id in {e["order"]["id"] for e in fed}:
+        mine = [e for e in got if e["order"]["id"] == order_id]
+        assert [e["type"] for e in mine] == ["place", "buyer_cancel", "released"]
     row = await live(world)
-    assert (row.delivered_seq, row.failures, row.retry_at) == (fed[-1]["seq"], 0, None)
+    assert (row.delivered_seq, row.failures, row.retry_at) == (seq_of(fed[-1]), 0, None)
     assert counted(world, "delivered") == len(fed)
     assert await snapshot_backlog(world) == 0
 
@@ -179,7 +180,7 @@ async def test_an_answer_lost_is_sent_again_with_the_same_delivery_id_and_nothin
     sender = deliverer(world, receiver)
     try:
         retry_at = await sender.deliver_once()
-        assert (await live(world)).delivered_seq == fed[0]["seq"]
+        assert (await live(world)).delivered_seq == seq_of(fed[0])
         world.clock.set(retry_at)
         await sender.deliver_once()
     finally:
@@ -200,7 +201,7 @@ async def test_a_restarted_process_goes_on_from_the_stored_position(world, recei
     stopped.set()
     await first.run(stopped, asyncio.Event())  # the process stops: its lease is given back
     row = await live(world)
-    assert (row.owner, row.delivered_seq) == (None, fed[1]["seq"])
+    assert (row.owner, row.delivered_seq) == (None, seq_of(fed[1]))
 
     receiver.statuses = [204]
     receiver.got.clear()
@@ -257,7 +258,7 @@ async def test_a_replay_resends_one_event_or_a_range_as_separate_deliveries(worl
     assert counted(world, "replayed") == 4
     status = await webhooks.delivery_status(world.deps)
     assert status.replays == []  # both done
-    assert status.live is not None and status.live["delivered_seq"] == fed[-1]["seq"]
+    assert status.live is not None and status.live["delivered_seq"] == seq_of(fed[-1])
 
 
 @pytest.mark.parametrize(("first", "last"), [(0, None), (3, 2), (1, 10**6), (10**6, None)])
@@ -283,7 +284,7 @@ async def test_the_worker_loops_deliver_new_events_and_give_the_lease_back(world
             return len(receiver.got) == 1
 
         assert await eventually(delivered)
-        assert receiver.verified()[0]["event"] == "place"
+        assert receiver.verified()[0]["type"] == "place"
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=5)
@@ -365,7 +366,7 @@ async def test_stopping_ends_a_pass_after_the_event_in_flight(world, receiver: R
     receiver.start()
     await asyncio.wait_for(deliverer(world, receiver).run(stop, wake), timeout=10)
     assert [e["id"] for e in receiver.verified()] == [fed[0]["id"]]
-    assert (await live(world)).delivered_seq == fed[0]["seq"]
+    assert (await live(world)).delivered_seq == seq_of(fed[0])
     await deliverer(world, receiver).deliver_once()
     assert [e["id"] for e in receiver.verified()] == [e["id"] for e in fed]
 
@@ -388,19 +389,19 @@ async def test_an_operator_skips_an_event_the_host_refuses_for_good(world, recei
             page = (await client.get("/admin")).text
             assert 'action="/admin/events/skip"' in page
             csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"', page).group(1)
-            forged = await client.post("/admin/events/skip", data={"seq": str(fed[0]["seq"])})
+            forged = await client.post("/admin/events/skip", data={"seq": str(seq_of(fed[0]))})
             assert forged.status_code == 403
             before = await table_snapshot(world.deps)
             wrong = await client.post(
-                "/admin/events/skip", data={"csrf": csrf, "seq": str(fed[1]["seq"])}
+                "/admin/events/skip", data={"csrf": csrf, "seq": str(seq_of(fed[1]))}
             )
             assert "Refused" in wrong.cookies.get("dueflow_flash", "")
             assert await table_snapshot(world.deps) == before
             done = await client.post(
-                "/admin/events/skip", data={"csrf": csrf, "seq": str(fed[0]["seq"])}
+                "/admin/events/skip", data={"csrf": csrf, "seq": str(seq_of(fed[0]))}
             )
             assert done.status_code == 303 and "skipped" in done.cookies.get("dueflow_flash", "")
-        assert (await live(world)).delivered_seq == fed[0]["seq"]
+        assert (await live(world)).delivered_seq == seq_of(fed[0])
         await events.sequence(world.deps)
         receiver.statuses = [204]
         world.clock.advance(timedelta(minutes=5))  # past the backoff
@@ -410,4 +411,4 @@ async def test_an_operator_skips_an_event_the_host_refuses_for_good(world, recei
     got = [e["id"] for e in receiver.verified()]
     # the refused event once, then everything after it and the skip itself, in order
     assert got[0] == fed[0]["id"] and got[1:-1] == [e["id"] for e in fed[1:]]
-    assert receiver.verified()[-1]["event"] == "event_skipped"
+    assert receiver.verified()[-1]["type"] == "event_skipped"

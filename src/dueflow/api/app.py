@@ -54,6 +54,7 @@ def create_app(
     app.include_router(shop.router(deps))
     app.include_router(events.router(deps))
     app.include_router(webhooks.router(deps))
+    events.webhooks(app)
     app.include_router(notify.router(deps))
     app.include_router(
         admin_pages.router(

@@ -11,15 +11,23 @@ import base64
 import binascii
 import re
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
 from dueflow.api.common import answer, resource
-from dueflow.api.schemas import View
+from dueflow.api.schemas import (
+    LineView,
+    OrderListItem,
+    PaymentView,
+    RefundView,
+    TicketView,
+    View,
+)
+from dueflow.domain.events import EventType
 from dueflow.exceptions import InvalidInput
 from dueflow.service import events
 from dueflow.service.deps import Deps
@@ -30,26 +38,72 @@ MAX_LIMIT = 500
 _POSITION = re.compile(r"e(0|[1-9][0-9]{0,18})")
 
 
-class FeedEvent(View):
-    """One order event."""
+class UserActor(View):
+    """A user did it (``user:<id>``), through a service key acting for them when ``key_id``
+    is given (``user:<id>@key:<key id>``)."""
+
+    type: Literal["user"]
+    user_id: int
+    key_id: int | None = Field(description="the service key that acted for the user; null: none")
+
+
+class OperatorActor(View):
+    """An operator did it (the admin pages, the CLI's operator commands)."""
+
+    type: Literal["operator"]
+    name: str = Field(examples=["operator"])
+
+
+class SystemActor(View):
+    """dueflow did it: a deadline's timer (``timer``), a payment provider's notification
+    (``alipay``, ``wechatpay``, ``manual``, ``simulator``), a trade's close or query
+    (``close_or_query``), the command line (``cli``), the notifier (``notifier``)."""
+
+    type: Literal["system"]
+    name: str = Field(examples=["timer"])
+
+
+Actor = Annotated[UserActor | OperatorActor | SystemActor, Field(discriminator="type")]
+
+
+class OrderSnapshot(OrderListItem):
+    """The order after the event, as ``GET /api/orders/{id}`` shows it: its fields, what it
+    holds, its deadlines, payments and refunds."""
+
+    lines: list[LineView]
+    tickets: list[TicketView]
+    payments: list[PaymentView]
+    refunds: list[RefundView]
+
+
+class Envelope(View):
+    """An order event (the feed, the events webhook) or a buyer notice (the notifier's
+    webhook): docs/events.md."""
 
     id: str = Field(
-        examples=["evt_42"], description="the delivery id (also the webhook's X-Dueflow-Delivery)"
+        examples=["evt_42"],
+        description="evt_<seq> for an event (seq: its position in commit order), ntc_<id> for a "
+        "notice; the same on every retry and replay: drop repeats by it",
     )
-    seq: int = Field(description="the position in commit order (1, 2, ...)")
-    order_id: int
-    event: str = Field(examples=["pay"])
-    actor: str = Field(examples=["user:7"])
-    at: datetime
-    from_status: str | None
-    to_status: str | None
-    detail: str | None
+    type: EventType
+    version: Literal[1] = Field(description="the envelope's version")
+    created_at: datetime
+    actor: Actor
+    data: dict[str, Any] = Field(description="what is particular to the type (docs/events.md)")
+    order: OrderSnapshot | None = Field(
+        description="the order after the event; null only on events written before the "
+        "envelope existed"
+    )
+
+
+#: The feed's events (the name the feed's answer always had).
+FeedEvent = Envelope
 
 
 class EventPage(View):
     """A page of the feed and where to go on from."""
 
-    events: list[FeedEvent]
+    events: list[Envelope]
     next: str = Field(description="the cursor to pass as ``after`` next (also on an empty page)")
 
 
@@ -102,3 +156,18 @@ def router(deps: Deps) -> APIRouter:
         return answer({"events": found, "next": cursor_of(last)})
 
     return routes
+
+
+def webhooks(app: FastAPI) -> None:
+    """The OpenAPI document's ``webhooks``: what dueflow POSTs to the host (each body an
+    :class:`Envelope`)."""
+
+    @app.webhooks.post("order-event")
+    def order_event(body: Envelope) -> None:
+        """Each order event, in commit order, to ``DUEFLOW_EVENTS_WEBHOOK_URL`` (retried until
+        a 2xx; drop repeats by ``id``): the feed's envelope."""
+
+    @app.webhooks.post("buyer-notice")
+    def buyer_notice(body: Envelope) -> None:
+        """A buyer notice (``type`` ``pay_reminder`` or ``order_closed``) to the notifier's
+        webhook (``DUEFLOW_NOTIFIER=webhook``); drop repeats by ``id``."""

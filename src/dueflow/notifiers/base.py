@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,10 @@ class Reminder:
     pay_deadline: datetime
     #: ``order_closed``: why the order was closed (its cancel event, such as ``pay_timeout``).
     reason: str | None = None
+    #: The notice's envelope (docs/events.md: id, type, version, created_at, actor, data and
+    #: the order's snapshot as it is sent): the body a webhook sends. None: built from the
+    #: fields above without the order (:func:`dueflow.notifiers.webhook.payload`).
+    envelope: Mapping[str, Any] | None = field(default=None, compare=False)
 
 
 class Notifier(ABC):

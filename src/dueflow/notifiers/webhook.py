@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import httpx
 
+from dueflow.domain.events import ENVELOPE_VERSION
 from dueflow.exceptions import BackendUnavailable, DeliveryUnknown
 from dueflow.notifiers import signing
 from dueflow.notifiers.base import Notifier, Reminder
@@ -39,19 +41,25 @@ def message_id(reminder_id: int) -> str:
 
 
 def payload(reminder: Reminder) -> bytes:
-    """The JSON body of a reminder."""
-    return json.dumps(
-        {
-            "event": reminder.kind,
-            "reminder_id": reminder.reminder_id,
-            "order_id": reminder.order_id,
-            "buyer_id": reminder.buyer_id,
-            "amount": str(reminder.amount),
-            "pay_deadline": reminder.pay_deadline.isoformat(),
-            **({"reason": reminder.reason} if reminder.reason is not None else {}),
-        },
-        separators=(",", ":"),
-    ).encode()
+    """The JSON body of a reminder: its envelope (docs/events.md). A reminder made without one
+    (by hand) gets one without the order's snapshot."""
+    envelope = reminder.envelope
+    if envelope is None:
+        data: dict[str, Any] = {"buyer_id": reminder.buyer_id}
+        if reminder.reason is not None:
+            data["reason"] = reminder.reason
+        else:
+            data.update(amount=str(reminder.amount), pay_deadline=reminder.pay_deadline.isoformat())
+        envelope = {
+            "id": f"ntc_{reminder.reminder_id}",
+            "type": reminder.kind,
+            "version": ENVELOPE_VERSION,
+            "created_at": None,
+            "actor": {"type": "system", "name": "notifier"},
+            "data": data,
+            "order": None,
+        }
+    return json.dumps(envelope, separators=(",", ":")).encode()
 
 
 class WebhookNotifier(Notifier):

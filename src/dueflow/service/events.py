@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Row
 
+from dueflow.service import envelopes
 from dueflow.service.deps import Deps
 from dueflow.store import events as store
 
@@ -29,23 +30,14 @@ MAX_RETRY = timedelta(seconds=60)
 
 def delivery_id(seq: int) -> str:
     """An event's id in the feed and the webhook's ``X-Dueflow-Delivery`` (prefixed, so it
-    never equals a reminder's delivery id at a receiver that takes both)."""
-    return f"evt_{seq}"
+    never equals a notice's id at a receiver that takes both)."""
+    return envelopes.event_id(seq)
 
 
 def event_json(row: Row[Any]) -> dict[str, Any]:
-    """An event as the feed and the webhook send it."""
-    return {
-        "id": delivery_id(row.seq),
-        "seq": row.seq,
-        "order_id": row.order_id,
-        "event": row.event,
-        "actor": row.actor,
-        "at": row.at.isoformat(),
-        "from_status": row.from_status,
-        "to_status": row.to_status,
-        "detail": row.detail,
-    }
+    """An event as the feed and the webhook send it: its envelope
+    (:func:`dueflow.service.envelopes.envelope`)."""
+    return envelopes.envelope(row)
 
 
 def backoff(failures: int) -> timedelta:
@@ -132,7 +124,7 @@ async def feed_page(
         numbered = await store.last_seq(conn)
         rows = await store.after(conn, after, limit=limit, user_id=user_id)
     found = [event_json(r) for r in rows]
-    last = found[-1]["seq"] if found else after
+    last = int(rows[-1].seq) if rows else after
     if len(found) < limit:
         last = max(last, numbered)
     return found, last

@@ -37,8 +37,9 @@ from dueflow.domain.lifecycle import CANCELLED_STATUSES, OrderStatus
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import DeliveryUnknown
 from dueflow.notifiers.base import Reminder
+from dueflow.service import envelopes
 from dueflow.service.deps import Deps
-from dueflow.store import aftersale, orders, timers
+from dueflow.store import aftersale, orders, snapshots, timers
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.timers import Claimed
 
@@ -124,7 +125,12 @@ async def _remind(deps: Deps, batch: Sequence[Claimed], message: Message) -> Non
         await timers.finish_by_token(conn, batch, finished, now)
         if elsewhere:
             await timers.retry(conn, elsewhere, error=ELSEWHERE, now=now)
-    await _send_all(deps, [t for t in batch if t.order_id in mine], mine, current, token, message)
+        # The orders as the notices tell them (their envelopes' ``order``): one read per kind of
+        # row for the whole batch.
+        shots = await snapshots.build(conn, list(mine))
+    await _send_all(
+        deps, [t for t in batch if t.order_id in mine], mine, current, shots, token, message
+    )
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,7 @@ async def _send_all(
     batch: Sequence[Claimed],
     mine: Mapping[int, Row[Any]],
     current: Mapping[int, Row[Any]],
+    shots: Mapping[int, Mapping[str, Any]],
     token: str,
     message: Message,
 ) -> None:
@@ -168,7 +175,10 @@ async def _send_all(
                     reminder = mine[timer.order_id]
                     if reminder.id in go:
                         order = current[timer.order_id]
-                        running.add(asyncio.create_task(_send(deps, timer, reminder, order, wave)))
+                        shot = shots[timer.order_id]
+                        running.add(
+                            asyncio.create_task(_send(deps, timer, reminder, order, shot, wave))
+                        )
             if running:
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 finished = [task.result() for task in done]
@@ -180,12 +190,17 @@ async def _send_all(
 
 
 async def _send(
-    deps: Deps, timer: Claimed, reminder: Row[Any], order: Row[Any], wave: str
+    deps: Deps,
+    timer: Claimed,
+    reminder: Row[Any],
+    order: Row[Any],
+    shot: Mapping[str, Any],
+    wave: str,
 ) -> _Sent:
     """One notifier call; what came of it (the notifier's trouble is an outcome, not an
     exception)."""
     try:
-        await deps.notifier.send(_message(reminder, order))
+        await deps.notifier.send(_message(reminder, order, shot))
     except DeliveryUnknown as exc:
         return _Sent(timer, reminder, wave, unknown=f"{type(exc).__name__}: {exc}"[:500])
     except Exception as exc:
@@ -276,7 +291,13 @@ async def _record(
         await timers.retry(conn, again, error=error, now=now)
 
 
-def _message(reminder: Row[Any], order: Row[Any]) -> Reminder:
+def _message(reminder: Row[Any], order: Row[Any], shot: Mapping[str, Any]) -> Reminder:
+    reason = order.cancel_reason if reminder.kind == CLOSED.kind else None
+    data: dict[str, Any] = {"buyer_id": order.buyer_id}
+    if reminder.kind == CLOSED.kind:
+        data["reason"] = reason
+    else:
+        data.update(amount=order.amount, pay_deadline=order.pay_deadline)
     return Reminder(
         reminder_id=reminder.id,
         kind=reminder.kind,
@@ -284,7 +305,14 @@ def _message(reminder: Row[Any], order: Row[Any]) -> Reminder:
         buyer_id=order.buyer_id,
         amount=order.amount,
         pay_deadline=order.pay_deadline,
-        reason=order.cancel_reason if reminder.kind == CLOSED.kind else None,
+        reason=reason,
+        envelope=envelopes.notice(
+            reminder_id=reminder.id,
+            kind=reminder.kind,
+            created_at=reminder.created_at,
+            order=shot,
+            data=data,
+        ),
     )
 
 
