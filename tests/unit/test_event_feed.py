@@ -18,8 +18,8 @@ from dueflow.payments.manual import ManualProvider
 from dueflow.service import accounts, events, orders, payments, refunds, webhooks
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
-from tests.envelopes import seq_of, user
 from tests.conftest import START, eventually, table_snapshot
+from tests.envelopes import seq_of, user
 from tests.unit.api import Api, FakePay
 
 

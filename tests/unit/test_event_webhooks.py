@@ -28,8 +28,8 @@ from dueflow.exceptions import ConfigError, InvalidInput
 from dueflow.notifiers.event_webhook import EventWebhook, Target
 from dueflow.service import accounts, events, orders, webhooks
 from dueflow.store import schema
-from tests.envelopes import seq_of, user
 from tests.conftest import eventually, table_snapshot
+from tests.envelopes import seq_of
 
 SECRET = "events-s3cret"
 
