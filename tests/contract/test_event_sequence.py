@@ -14,6 +14,7 @@ import contextlib
 from dueflow.exceptions import Busy
 from dueflow.service import events, orders
 from dueflow.store import orders as order_store
+from tests.envelopes import seq_of
 
 
 async def record(conn, order_id: int, name: str, now) -> None:

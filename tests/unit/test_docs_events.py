@@ -13,7 +13,13 @@ import ast
 import re
 from pathlib import Path
 
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from dueflow.domain.events import EventType
 from dueflow.domain.lifecycle import OrderEvent
+from tests.envelopes import invalid
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "dueflow"
@@ -71,3 +77,45 @@ def test_every_event_the_code_writes_is_in_docs_events_md():
     assert sorted(names - docs) == []
     for pattern in patterns:
         assert any(re.fullmatch(pattern, name) for name in docs), pattern
+
+
+def test_every_event_the_code_writes_is_an_event_type():
+    names, patterns = written()
+    types = {t.value for t in EventType}
+    assert sorted(names - types) == []
+    for pattern in patterns:
+        assert any(re.fullmatch(pattern, name) for name in types), pattern
+
+
+START, END = "<!-- examples: written by tests/unit/test_envelopes.py -->", "<!-- /examples -->"
+
+
+def examples() -> dict[str, dict[str, Any]]:
+    """The example envelopes of docs/events.md, by type."""
+    text = (ROOT / "docs" / "events.md").read_text()
+    section = text.split(START, 1)[1].split(END, 1)[0]
+    found = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.S)]
+    return {e["type"]: e for e in found}
+
+
+def write_examples(envelopes: Iterable[dict[str, Any]]) -> None:
+    """Rewrite the examples of docs/events.md: the first envelope of each type, in the
+    order of :class:`EventType` (``DUEFLOW_TEST_WRITE_EVENT_EXAMPLES=1`` on test_envelopes)."""
+    first: dict[str, dict[str, Any]] = {}
+    for envelope in envelopes:
+        first.setdefault(envelope["type"], envelope)
+    blocks = [
+        f"### `{t.value}`\n\n```json\n{json.dumps(first[t.value], indent=1)}\n```\n"
+        for t in EventType
+        if t.value in first
+    ]
+    path = ROOT / "docs" / "events.md"
+    head, rest = path.read_text().split(START, 1)
+    tail = rest.split(END, 1)[1]
+    path.write_text(f"{head}{START}\n\n{chr(10).join(blocks)}\n{END}{tail}")
+
+
+def test_docs_events_md_has_an_example_of_every_type_each_valid():
+    found = examples()
+    assert sorted(set(EventType) - set(found)) == []
+    assert {t: invalid(e) for t, e in found.items() if invalid(e)} == {}

@@ -5,10 +5,12 @@ the buyer notices carry the envelope too; the actor grammar is parsed."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from tests.unit.test_docs_events import write_examples
 
 from dueflow.domain.events import EventType, actor_of
 from dueflow.payments.base import RefundResult, VerifiedPayment
@@ -137,6 +139,8 @@ async def test_every_type_written_is_published_and_each_snapshot_is_the_view(api
     await events.skip(api.deps, seq=seq_of(waiting), actor="operator")
 
     fed = await feed(api)
+    if os.environ.get("DUEFLOW_TEST_WRITE_EVENT_EXAMPLES") and api.deps.db.dialect == "sqlite":
+        write_examples([*fed, *(dict(r.envelope or {}) for r in world.notifier.sent)])
     problems = {e["id"]: invalid(e) for e in fed if invalid(e)}
     assert problems == {}
     written = {e["type"] for e in fed}
