@@ -37,7 +37,7 @@ async def test_a_late_commit_is_fed_after_the_one_that_committed_first(backend_w
     a = await orders.place_order(w.deps, buyer_id=w.buyer, goods_id=await w.goods())
     b = await orders.place_order(w.deps, buyer_id=w.other, goods_id=await w.goods())
     assert await events.sequence(w.deps) == 2
-    start = (await fed_from(w, 0))[-1]["seq"]
+    start = seq_of((await fed_from(w, 0))[-1])
 
     if w.deps.db.dialect == "sqlite":
         async with w.deps.db.write() as slow:

@@ -10,11 +10,10 @@ must match at least one documented name of its shape.
 from __future__ import annotations
 
 import ast
-import re
-from pathlib import Path
-
 import json
+import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from dueflow.domain.events import EventType

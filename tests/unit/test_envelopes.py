@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from tests.unit.test_docs_events import write_examples
 
 from dueflow.domain.events import EventType, actor_of
 from dueflow.payments.base import RefundResult, VerifiedPayment
@@ -21,6 +20,7 @@ from dueflow.store import payments as payment_store
 from tests.envelopes import invalid, seq_of
 from tests.unit.api import Api
 from tests.unit.api.shop_world import new_flash_sale, new_sku, shop_api
+from tests.unit.test_docs_events import write_examples
 
 SNAPSHOT_KEYS = ("lines", "tickets", "payments", "refunds")
 

@@ -27,6 +27,7 @@ from dueflow.store.schema import reminders as t_reminders
 from dueflow.store.schema import timers as t_timers
 from dueflow.worker.runner import Worker
 from tests.conftest import RecordingNotifier, eventually, http_receiver
+from tests.envelopes import invalid
 from tests.unit.test_webhook import SECRET, Received, check_signature
 
 CLOSED = TimerKind.ORDER_CLOSED.value
@@ -351,15 +352,12 @@ async def test_a_webhook_receiver_gets_the_signed_notice_with_its_reason(world, 
     assert request.headers["x-dueflow-delivery"] == str(row.id)
     body = json.loads(request.body)
     view = await orders.order_view(world.deps, order_id)
-    assert body == {
-        "event": "order_closed",
-        "reminder_id": row.id,
-        "order_id": order_id,
-        "buyer_id": world.buyer,
-        "amount": str(view["amount"]),
-        "pay_deadline": view["pay_deadline"].isoformat(),
-        "reason": "seller_cancel",
-    }
+    assert invalid(body) == []
+    assert (body["id"], body["type"], body["version"]) == (f"ntc_{row.id}", "order_closed", 1)
+    assert body["data"] == {"buyer_id": world.buyer, "reason": "seller_cancel"}
+    assert body["actor"] == {"type": "system", "name": "notifier"}
+    assert (body["order"]["id"], body["order"]["status"]) == (order_id, view["status"])
+    assert body["order"]["amount"] == str(view["amount"])
     assert row.state == "sent"
 
 
@@ -379,6 +377,6 @@ async def test_a_failing_webhook_is_retried_later_under_the_same_delivery_id(wor
     assert await world.worker.drain() == 1
     assert len(receiver.received) == 4
     assert len({r.headers["x-dueflow-delivery"] for r in receiver.received}) == 1
-    assert json.loads(receiver.received[-1].body)["reason"] == "buyer_cancel"
+    assert json.loads(receiver.received[-1].body)["data"]["reason"] == "buyer_cancel"
     check_signature(receiver.received[-1])
     assert (await notice_row(world, view["id"])).state == "sent"

@@ -112,13 +112,16 @@ async def test_posts_signed_json(hook: Hook):
     (request,) = hook.received
     assert request.path == "/hooks/dueflow"
     assert request.headers["content-type"] == "application/json"
+    # A reminder made by hand (the worker's carry their envelope): the envelope without the
+    # order.
     assert json.loads(request.body) == {
-        "event": "pay_reminder",
-        "reminder_id": 41,
-        "order_id": 7,
-        "buyer_id": 3,
-        "amount": "12.50",
-        "pay_deadline": "2026-03-01T12:30:00+00:00",
+        "id": "ntc_41",
+        "type": "pay_reminder",
+        "version": 1,
+        "created_at": None,
+        "actor": {"type": "system", "name": "notifier"},
+        "data": {"buyer_id": 3, "amount": "12.50", "pay_deadline": "2026-03-01T12:30:00+00:00"},
+        "order": None,
     }
     assert request.headers["x-dueflow-delivery"] == "41"
     check_signature(request)
@@ -240,5 +243,5 @@ async def test_worker_sends_reminders_through_the_webhook(world, hook: Hook):
     assert len(hook.received) == 2
     last = hook.received[-1]
     assert last.headers["x-dueflow-delivery"] == str(rem.id)
-    assert json.loads(last.body)["order_id"] == order_id
+    assert json.loads(last.body)["order"]["id"] == order_id
     check_signature(last)
