@@ -158,10 +158,7 @@ async def record_each(
     detail and data, in one statement (:func:`record`)."""
     await record(
         conn,
-        [
-            Entry(x[0], event, detail=x[1], data=x[2] if len(x) > 2 else None)
-            for x in entries
-        ],
+        [Entry(x[0], event, detail=x[1], data=x[2] if len(x) > 2 else None) for x in entries],
         actor=actor,
         now=now,
     )
