@@ -415,13 +415,14 @@ def _too_late(
 
 
 def _first_received(notices: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], datetime]:
-    """When the receiver first took each order's reminder or notice (by order and event)."""
+    """When the receiver first took each order's reminder or notice (by order and type)."""
     first: dict[tuple[int, str], datetime] = {}
     for delivery in notices:
         body, at = _body(delivery), _when(delivery.get("at"))
-        if not _delivered(delivery) or at is None or "order_id" not in body:
+        order_id = _order_of(body)
+        if not _delivered(delivery) or at is None or order_id is None:
             continue
-        key = (int(body["order_id"]), str(body.get("event")))
+        key = (order_id, str(body.get("type")))
         first[key] = min(at, first.get(key, at))
     return first
 
@@ -744,8 +745,21 @@ def _delivery_id(delivery: Mapping[str, Any]) -> str:
 
 
 def _body(delivery: Mapping[str, Any]) -> dict[str, Any]:
+    """The delivered envelope (docs/events.md); empty when the body was no JSON object."""
     body = delivery.get("body")
     return body if isinstance(body, dict) else {}
+
+
+def _order_of(body: Mapping[str, Any]) -> int | None:
+    """The order an envelope is about: its ``order`` snapshot's id (None: no snapshot)."""
+    order = body.get("order")
+    return int(order["id"]) if isinstance(order, dict) and "id" in order else None
+
+
+def _seq_of(body: Mapping[str, Any]) -> int:
+    """An event envelope's seq, from its id ``evt_<seq>`` (0: no event's id)."""
+    number = str(body.get("id") or "").removeprefix("evt_")
+    return int(number) if number.isdigit() else 0
 
 
 def _closing_times(tables: _Tables) -> dict[int, tuple[str, datetime]]:
@@ -780,7 +794,7 @@ def _notice_checks(
     ids_per_notice: dict[tuple[Any, Any], set[str]] = defaultdict(set)
     for delivery in received:
         body = _body(delivery)
-        ids_per_notice[(body.get("order_id"), body.get("event"))].add(_delivery_id(delivery))
+        ids_per_notice[(_order_of(body), body.get("type"))].add(_delivery_id(delivery))
     unexplained = 0
     for (order_id, event), ids in sorted(ids_per_notice.items(), key=str):
         if len(ids) > 1:
@@ -789,13 +803,14 @@ def _notice_checks(
         once.look()
         body = _body(next(d for d in received if _delivery_id(d) == delivery_id))
         row = tables.reminders.get(int(delivery_id)) if delivery_id.isdigit() else None
-        if row is None or (row["order_id"], row["kind"]) != (
-            body.get("order_id"),
-            body.get("event"),
+        if row is None or (f"ntc_{row['id']}", row["order_id"], row["kind"]) != (
+            body.get("id"),
+            _order_of(body),
+            body.get("type"),
         ):
             once.fail(
-                f"delivery {delivery_id!r} ({body.get('event')} of order {body.get('order_id')}): "
-                f"no such reminder row"
+                f"delivery {delivery_id!r} ({body.get('id')} {body.get('type')} of order "
+                f"{_order_of(body)}): no such reminder row"
                 + ("" if row is None else f" (the row is {row['kind']} of order {row['order_id']})")
             )
             continue
@@ -805,7 +820,7 @@ def _notice_checks(
                 f"reminder {delivery_id} {row['kind']} of order {row['order_id']}: received "
                 f"{count} times, dueflow counted {row['deliveries']} deliveries ({row['state']})"
             )
-    closed = {_body(d).get("order_id") for d in received if _body(d).get("event") == "order_closed"}
+    closed = {_order_of(_body(d)) for d in received if _body(d).get("type") == "order_closed"}
     for order in tables.orders.values():
         if order["status"] in CANCELLED:
             cancels.look()
@@ -823,17 +838,17 @@ def _notice_checks(
     thawed = 0
     for delivery in received:
         body = _body(delivery)
-        if body.get("event") != TimerKind.PAY_REMINDER.value:
+        if body.get("type") != TimerKind.PAY_REMINDER.value:
             continue
         after.look()
         at = _when(delivery.get("at"))
-        closing = moved.get(int(body.get("order_id") or 0))
+        closing = moved.get(_order_of(body) or 0)
         if at is not None and closing is not None and at > closing[1] + IN_FLIGHT:
             if any(start <= closing[1] and at <= end + IN_FLIGHT for start, end in frozen):
                 thawed += 1  # checked, then frozen before the send: see FROZEN_SENDS
                 continue
             after.fail(
-                f"reminder {_delivery_id(delivery)} of order {body.get('order_id')}: received "
+                f"reminder {_delivery_id(delivery)} of order {_order_of(body)}: received "
                 f"{at.isoformat()}, order {closing[0]} at {closing[1].isoformat()}"
             )
     figures = {
@@ -867,7 +882,7 @@ def _events_in_order(tables: _Tables, events: list[dict[str, Any]]) -> _Check:
         if (delivery.get("headers") or {}).get("x-dueflow-replay") == "true":
             continue
         body = _body(delivery)
-        seq = int(body.get("seq") or 0)
+        seq = _seq_of(body)
         if seq not in seen:
             found.look()
         if seq < highest and seq not in seen:
@@ -875,12 +890,9 @@ def _events_in_order(tables: _Tables, events: list[dict[str, Any]]) -> _Check:
             # the answer) is the documented at-least-once: receivers drop it by its id.
             found.fail(f"evt_{seq} first received at {delivery.get('at')}, after evt_{highest}")
         row = by_seq.get(seq)
-        if row is None or (row["order_id"], row["event"]) != (
-            body.get("order_id"),
-            body.get("event"),
-        ):
+        if row is None or (row["order_id"], row["event"]) != (_order_of(body), body.get("type")):
             found.fail(
-                f"evt_{seq} ({body.get('event')} of order {body.get('order_id')}): the "
+                f"evt_{seq} ({body.get('type')} of order {_order_of(body)}): the "
                 f"timeline has {None if row is None else (row['event'], row['order_id'])}"
             )
         highest = max(highest, seq)

@@ -354,19 +354,19 @@ async def test_an_approved_refund_left_processing(history):
 
 async def test_a_notice_received_under_two_ids(history):
     deliveries = copy.deepcopy(history.deliveries)
-    notice = next(d for d in deliveries if d["body"]["event"] == "order_closed")
+    notice = next(d for d in deliveries if d["body"]["type"] == "order_closed")
     other = copy.deepcopy(notice)
     other["headers"]["x-dueflow-delivery"] = "999"
     deliveries.append(other)
     found = failing(await history.run(deliveries=deliveries))
     assert set(found) == {"notices_once"}
-    order_id = notice["body"]["order_id"]
+    order_id = notice["body"]["order"]["id"]
     assert any(f"order {order_id}: order_closed received under" in e for e in found["notices_once"])
 
 
 async def test_a_repeat_dueflow_did_not_count(history):
     deliveries = copy.deepcopy(history.deliveries)
-    reminder = next(d for d in deliveries if d["body"]["event"] == "pay_reminder")
+    reminder = next(d for d in deliveries if d["body"]["type"] == "pay_reminder")
     deliveries.append(copy.deepcopy(reminder))
     result = await history.run(deliveries=deliveries)
     found = failing(result)
@@ -381,7 +381,7 @@ async def test_a_repeat_dueflow_did_not_count(history):
 
 async def test_a_repeat_dueflow_counted_is_documented(history):
     deliveries = copy.deepcopy(history.deliveries)
-    reminder = next(d for d in deliveries if d["body"]["event"] == "pay_reminder")
+    reminder = next(d for d in deliveries if d["body"]["type"] == "pay_reminder")
     deliveries.append(copy.deepcopy(reminder))
     rid = int(reminder["headers"]["x-dueflow-delivery"])
     await history.execute(
@@ -397,10 +397,10 @@ async def test_a_cancel_whose_notice_never_arrived(history):
     deliveries = [
         d
         for d in history.deliveries
-        if not (d["body"]["event"] == "order_closed" and d["body"]["order_id"] == history.unpaid)
+        if not (d["body"]["type"] == "order_closed" and d["body"]["order"]["id"] == history.unpaid)
     ]
     # An answer that is no 2xx is no delivery.
-    dropped = next(d for d in history.deliveries if d["body"]["order_id"] == history.unpaid)
+    dropped = next(d for d in history.deliveries if d["body"]["order"]["id"] == history.unpaid)
     deliveries.append({**dropped, "status": 503})
     found = failing(await history.run(deliveries=deliveries))
     assert set(found) == {"cancels_notified"}
@@ -409,7 +409,7 @@ async def test_a_cancel_whose_notice_never_arrived(history):
 
 async def test_a_pay_reminder_after_the_cancel(history):
     deliveries = copy.deepcopy(history.deliveries)
-    reminder = next(d for d in deliveries if d["body"]["event"] == "pay_reminder")
+    reminder = next(d for d in deliveries if d["body"]["type"] == "pay_reminder")
     reminder["at"] = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     found = failing(await history.run(deliveries=deliveries))
     assert set(found) == {"reminders_not_after_close"}
@@ -444,8 +444,8 @@ async def test_events_in_order_then_one_missing_and_one_late(history):
     broken = [*delivered[:2], *delivered[3:]]
     found = failing(await history.run(deliveries=[*history.deliveries, *broken]))
     assert found == {"events_in_order": [f"evt_3 never received before evt_{len(delivered)}"
-                                         f" ({delivered[2]['body']['event']} of order "
-                                         f"{delivered[2]['body']['order_id']})"]}  # fmt: skip
+                                         f" ({delivered[2]['body']['type']} of order "
+                                         f"{delivered[2]['body']['order']['id']})"]}  # fmt: skip
     late = [*delivered[:2], *delivered[3:], delivered[2]]
     found = failing(await history.run(deliveries=[*history.deliveries, *late]))
     assert found["events_in_order"] == [
@@ -460,7 +460,7 @@ async def test_a_pay_reminder_held_through_a_freeze_is_counted_not_failed(histor
     """Checked, then frozen with its worker before the send: it lands when the worker resumes,
     after the cancel. Counted in the figures; the same landing with no freeze is a violation."""
     deliveries = copy.deepcopy(history.deliveries)
-    reminder = next(d for d in deliveries if d["body"]["event"] == "pay_reminder")
+    reminder = next(d for d in deliveries if d["body"]["type"] == "pay_reminder")
     e = schema.order_events.c
     async with history.deps.db.read() as conn:
         closed = (

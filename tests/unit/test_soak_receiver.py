@@ -15,7 +15,7 @@ from tests.soak.receiver import receiving
 
 def test_a_whole_request_is_a_delivery_and_a_cut_off_one_is_not() -> None:
     with receiving() as (receiver, base):
-        body = {"seq": 7, "event": "paid", "order_id": 3}
+        body = {"id": "evt_7", "type": "pay", "version": 1, "order": {"id": 3}}
         answer = httpx.post(f"{base}/events", json=body, headers={"X-Dueflow-Delivery": "evt_7"})
         assert answer.status_code == 200
 
