@@ -7,8 +7,9 @@ The envelope itself (docs/events.md) is built by :mod:`dueflow.service.envelopes
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from dueflow.domain.lifecycle import OrderEvent
 
@@ -67,6 +68,25 @@ CANCEL_TYPES = frozenset(
 SYSTEM_ACTORS = frozenset(
     {"timer", "alipay", "wechatpay", "manual", "simulator", "close_or_query", "cli", "system"}
 )
+
+
+class PaymentAttempt(Protocol):
+    """A payment attempt as its writers hold it (a row of ``payments``, the port's Attempt)."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def pay_no(self) -> str: ...
+    @property
+    def amount(self) -> Decimal: ...
+
+
+def attempt_data(attempt: PaymentAttempt) -> dict[str, Any]:
+    """What the ``data`` of an event about a payment attempt (``payment_started``, a
+    ``discrepancy``) says of it: its provider, pay_no and amount."""
+    return {"provider": attempt.provider, "pay_no": attempt.pay_no, "amount": attempt.amount}
+
+
 _USER = re.compile(r"user:([0-9]{1,19})(?:@key:([0-9]{1,19}))?")
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.domain.events import attempt_data
 from dueflow.store import orders, payments
 
 
@@ -36,11 +37,5 @@ async def record(
         actor=actor,
         now=now,
         detail=f"{kind}: {detail}",
-        data={
-            "kind": kind,
-            "provider": attempt.provider,
-            "pay_no": attempt.pay_no,
-            "amount": attempt.amount,
-            **data,
-        },
+        data={"kind": kind, **attempt_data(attempt), **data},
     )

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.domain.events import attempt_data
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.exceptions import (
     BackendError,
@@ -149,12 +150,7 @@ async def _new_attempt(
             actor=actors.user(user_id),
             now=now,
             detail=f"{provider} {attempt.pay_no}",
-            data={
-                "provider": provider,
-                "pay_no": attempt.pay_no,
-                "amount": attempt.amount,
-                "expires_at": attempt.expires_at,
-            },
+            data={**attempt_data(attempt), "expires_at": attempt.expires_at},
         )
         if key is not None:
             await idempotency.note(conn, key.id, attempt_id)
