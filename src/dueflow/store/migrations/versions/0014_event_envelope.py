@@ -1,9 +1,4 @@
-"""event envelope: each order event's data (structured) and the order's snapshot after it
-
-Revision ID: 0014
-Revises: 0013
-Create Date: 2026-12-06 09:00:00
-"""
+"""event envelope: each order event's data (structured) and the order's snapshot after it"""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "0014"
 down_revision = "0013"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
