@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from dueflow.domain.events import EventType, actor_of
 from dueflow.payments.base import RefundResult, VerifiedPayment
@@ -17,7 +18,8 @@ from dueflow.service import events, given_back, refunds
 from dueflow.service import payments as payment_service
 from dueflow.store import events as event_store
 from dueflow.store import payments as payment_store
-from tests.envelopes import invalid, seq_of
+from dueflow.store import schema
+from tests.envelopes import invalid, seq_of, user
 from tests.unit.api import Api
 from tests.unit.api.shop_world import new_flash_sale, new_sku, shop_api
 from tests.unit.test_docs_events import write_examples
@@ -181,16 +183,51 @@ async def test_notices_carry_the_envelope_with_the_delivery_id(api):
     assert sent["order_closed"].envelope["order"]["status"] == "cancelled_unpaid"  # type: ignore[index]
 
 
+async def test_a_keys_events_name_it_as_their_actor(api):
+    """A service key on an admin route: acting for nobody its events' actor is the key; acting
+    for a host user (Dueflow-Act-As) the user with the key; both valid against the schema."""
+    made = await api.call(
+        "POST", "/api/admin/keys", "admin", json={"name": "host", "scopes": ["admin"]}
+    )
+    assert made.status_code == 201, made.text
+    key_id, secret = made.json()["id"], made.json()["secret"]
+    order_ids = []
+    for act_as in ({}, {"Dueflow-Act-As": "ops-1"}):
+        refund_id = await api.refund()
+        answer = await api.call(
+            "POST",
+            f"/api/admin/refunds/{refund_id}/reject",
+            None,
+            json={"reason": "kept"},
+            headers={"Authorization": f"Bearer {secret}", **act_as},
+        )
+        assert answer.status_code == 200, answer.text
+        async with api.deps.db.read() as conn:
+            order_ids.append((await payment_store.refund_by_id(conn, refund_id)).order_id)
+    async with api.deps.db.read() as conn:
+        query = select(schema.users.c.id).where(schema.users.c.external_id == "ops-1")
+        ops = (await conn.execute(query)).scalar_one()
+    rejected = {e["order"]["id"]: e for e in await feed(api) if e["type"] == "refund_rejected"}
+    assert [invalid(rejected[o]) for o in order_ids] == [[], []]
+    assert [rejected[o]["actor"] for o in order_ids] == [
+        {"type": "key", "key_id": key_id},
+        user(ops, key_id),
+    ]
+
+
 @pytest.mark.parametrize(
     ("actor", "parsed"),
     [
         ("user:5", {"type": "user", "user_id": 5, "key_id": None}),
         ("user:5@key:3", {"type": "user", "user_id": 5, "key_id": 3}),
+        ("key:3", {"type": "key", "key_id": 3}),
         ("operator", {"type": "operator", "name": "operator"}),
         ("timer", {"type": "system", "name": "timer"}),
         ("alipay", {"type": "system", "name": "alipay"}),
         ("close_or_query", {"type": "system", "name": "close_or_query"}),
         ("user:x", {"type": "system", "name": "user:x"}),
+        ("user:5@key:x", {"type": "system", "name": "user:5@key:x"}),
+        ("key:", {"type": "system", "name": "key:"}),
     ],
 )
 def test_the_actor_grammar(actor, parsed):

@@ -47,6 +47,14 @@ class UserActor(View):
     key_id: int | None = Field(description="the service key that acted for the user; null: none")
 
 
+class KeyActor(View):
+    """A service key did it acting for nobody (``key:<key id>``: an admin route called by a
+    key without ``Dueflow-Act-As``)."""
+
+    type: Literal["key"]
+    key_id: int
+
+
 class OperatorActor(View):
     """An operator did it (the admin pages, the CLI's operator commands)."""
 
@@ -63,7 +71,7 @@ class SystemActor(View):
     name: str = Field(examples=["timer"])
 
 
-Actor = Annotated[UserActor | OperatorActor | SystemActor, Field(discriminator="type")]
+Actor = Annotated[UserActor | KeyActor | OperatorActor | SystemActor, Field(discriminator="type")]
 
 
 class OrderSnapshot(OrderListItem):

@@ -88,6 +88,7 @@ def attempt_data(attempt: PaymentAttempt) -> dict[str, Any]:
 
 
 _USER = re.compile(r"user:([0-9]{1,19})(?:@key:([0-9]{1,19}))?")
+_KEY = re.compile(r"key:([0-9]{1,19})")
 
 
 def actor_of(actor: str) -> dict[str, Any]:
@@ -95,6 +96,8 @@ def actor_of(actor: str) -> dict[str, Any]:
 
     - ``user:<id>`` -> ``{"type": "user", "user_id": id, "key_id": None}``;
       ``user:<id>@key:<key id>`` (a service key acting for the user) gives ``key_id`` too;
+    - ``key:<key id>`` (a service key acting for nobody, on an admin route)
+      -> ``{"type": "key", "key_id": key id}``;
     - ``operator`` (and ``operator:<name>``) -> ``{"type": "operator", "name": ...}``;
     - anything else (``timer``, a provider's name, ``close_or_query``, ``cli``, a notifier)
       -> ``{"type": "system", "name": actor}``.
@@ -107,6 +110,9 @@ def actor_of(actor: str) -> dict[str, Any]:
             "user_id": int(found.group(1)),
             "key_id": int(key) if key is not None else None,
         }
+    found = _KEY.fullmatch(actor)
+    if found is not None:
+        return {"type": "key", "key_id": int(found.group(1))}
     if actor == "operator" or actor.startswith("operator:"):
         return {"type": "operator", "name": actor}
     return {"type": "system", "name": actor}
