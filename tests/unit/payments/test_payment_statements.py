@@ -59,6 +59,27 @@ def lines(counts: Counts) -> Iterator[str]:
     return (sql.split(" WHERE ")[0][:80] for sql in counts.statements)
 
 
+#: The snapshot of an order's new events (store/snapshots.py), last in the event's own write
+#: transaction: the order, its lines, payments and refunds read, then one UPDATE of its events.
+SNAPSHOT = (
+    "SELECT orders.",
+    "SELECT order_lines.",
+    "SELECT payments.",
+    "SELECT refunds.",
+    "UPDATE order_events SET snapshot",
+)
+
+
+def apart_from_the_snapshot(counts: Counts) -> list[str]:
+    """The statements but the one snapshot fill (checked to be there, as :data:`SNAPSHOT`)."""
+    sql = counts.statements
+    [end] = [i for i, s in enumerate(sql) if s.startswith(SNAPSHOT[-1])]
+    start = end + 1 - len(SNAPSHOT)
+    filled = sql[start : end + 1]
+    assert all(s.startswith(p) for s, p in zip(filled, SNAPSHOT, strict=True)), filled
+    return sql[:start] + sql[end + 1 :]
+
+
 async def start(market: Market, provider: str, order_id: int) -> str:
     pay_no, _ = await payments.start_payment(
         market.deps, order_id=order_id, user_id=market.buyer, provider=provider
@@ -73,9 +94,12 @@ async def test_a_start_payment_writes_twice_and_never_reads_its_attempt_back(mar
         await start(market, provider, order_id)
     assert counts.writes == 2, list(lines(counts))
     assert counts.reads == 0
-    # The order locked, the attempt, its timeline entry, the lines for the subject; the answer.
-    assert len(counts.statements) <= 5, list(lines(counts))
-    assert not any(sql.startswith("SELECT payments.") for sql in counts.statements)
+    # The order locked, the attempt, its timeline entry, the lines for the subject, the event's
+    # snapshot (4 reads, 1 UPDATE); the answer.
+    assert len(counts.statements) <= 10, list(lines(counts))
+    rest = apart_from_the_snapshot(counts)
+    assert len(rest) <= 5, list(lines(counts))
+    assert not any(sql.startswith("SELECT payments.") for sql in rest)
 
 
 @pytest.mark.parametrize("provider", ["alipay", "wechatpay"])
@@ -87,8 +111,12 @@ async def test_a_notification_commits_its_inbox_row_then_its_effects(market, pro
     assert await market.status(order_id) == "pending_shipment"
     assert (paid.writes, paid.reads) == (2, 0), list(lines(paid))
     assert paid.statements[0].startswith("INSERT INTO notifications")
-    assert paid.statements[-1].startswith("UPDATE notifications")
-    assert len(paid.statements) <= 10, list(lines(paid))
+    # The pay event's snapshot is filled last in the transaction (4 reads, 1 UPDATE).
+    assert len(paid.statements) <= 15, list(lines(paid))
+    assert paid.statements[-1].startswith(SNAPSHOT[-1])
+    rest = apart_from_the_snapshot(paid)
+    assert rest[-1].startswith("UPDATE notifications")
+    assert len(rest) <= 10, list(lines(paid))
 
 
 @pytest.mark.parametrize("provider", ["alipay", "wechatpay"])
@@ -101,6 +129,8 @@ async def test_a_second_code_paid_is_refunded_without_reading_its_rows_again(mar
     view = await orders.order_view(market.deps, order_id)
     assert [r["reason"] for r in view["refunds"]] == ["paid_twice"]
     assert (twice.writes, twice.reads) == (2, 0), list(lines(twice))
-    # Read once, locked: the attempt with its order's status; never the order or attempt again.
-    assert not any(sql.startswith("SELECT orders.") for sql in twice.statements)
-    assert sum(sql.startswith("SELECT payments.") for sql in twice.statements) == 1
+    # Read once, locked: the attempt with its order's status; never the order or attempt again
+    # (but once more, both, for the snapshot of the transaction's events, at its end).
+    rest = apart_from_the_snapshot(twice)
+    assert not any(sql.startswith("SELECT orders.") for sql in rest)
+    assert sum(sql.startswith("SELECT payments.") for sql in rest) == 1
