@@ -5,6 +5,7 @@ the buyer notices carry the envelope too; the actor grammar is parsed."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 from typing import Any
@@ -19,7 +20,7 @@ from dueflow.service import payments as payment_service
 from dueflow.store import events as event_store
 from dueflow.store import payments as payment_store
 from dueflow.store import schema
-from tests.envelopes import invalid, seq_of, user
+from tests.envelopes import DOC, invalid, seq_of, user
 from tests.unit.api import Api
 from tests.unit.api.shop_world import new_flash_sale, new_sku, shop_api
 from tests.unit.test_docs_events import write_examples
@@ -213,6 +214,17 @@ async def test_a_keys_events_name_it_as_their_actor(api):
         {"type": "key", "key_id": key_id},
         user(ops, key_id),
     ]
+
+
+def test_the_document_publishes_both_bodies_as_webhooks():
+    """OpenAPI 3.1 ``webhooks``: the events webhook's and the notices' bodies are envelopes,
+    and what the host answers is its own (no FastAPI 422 model)."""
+    webhooks = json.loads(DOC.read_text())["webhooks"]
+    assert set(webhooks) == {"order-event", "buyer-notice"}
+    for hook in webhooks.values():
+        body = hook["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": "#/components/schemas/Envelope"}
+        assert "422" not in hook["post"]["responses"]
 
 
 @pytest.mark.parametrize(

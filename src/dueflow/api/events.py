@@ -170,12 +170,19 @@ def webhooks(app: FastAPI) -> None:
     """The OpenAPI document's ``webhooks``: what dueflow POSTs to the host (each body an
     :class:`Envelope`)."""
 
-    @app.webhooks.post("order-event")
+    # An answer of the host's own, not FastAPI's 422 of a route that reads a body.
+    other = "any other answer: not received"
+
+    @app.webhooks.post(
+        "order-event", responses={"default": {"description": f"{other}; sent again later"}}
+    )
     def order_event(body: Envelope) -> None:
         """Each order event, in commit order, to ``DUEFLOW_EVENTS_WEBHOOK_URL`` (retried until
         a 2xx; drop repeats by ``id``): the feed's envelope."""
 
-    @app.webhooks.post("buyer-notice")
+    @app.webhooks.post(
+        "buyer-notice", responses={"default": {"description": f"{other}; a 5xx is tried again"}}
+    )
     def buyer_notice(body: Envelope) -> None:
         """A buyer notice (``type`` ``pay_reminder`` or ``order_closed``) to the notifier's
         webhook (``DUEFLOW_NOTIFIER=webhook``); drop repeats by ``id``."""
