@@ -8,7 +8,6 @@ from alembic import op
 from dueflow.store.types import Id, UTCDateTime
 
 revision = "0015"
-# 0014 once the event envelope (0014) is merged.
 down_revision = "0014"
 
 
