@@ -19,6 +19,7 @@ from dueflow.service import accounts, events, orders
 from dueflow.store import webhook_endpoints as endpoint_store
 from dueflow.store.schema import event_deliveries
 from tests.conftest import table_snapshot
+from tests.envelopes import seq_of
 from tests.unit.test_cli_shop import Run, ok, on_db, refused
 
 PUBLIC = "http://93.184.216.34/hooks"  # a public address: no name to resolve, nothing sent
@@ -65,7 +66,7 @@ def events_made(settings: Settings) -> int:
         order_id = await orders.place_order(deps, buyer_id=buyer.id, goods_id=goods)
         await orders.cancel_by_buyer(deps, order_id=order_id, user_id=buyer.id)
         await events.sequence(deps)
-        return int((await events.feed(deps, after=0, limit=100))[-1]["seq"])
+        return seq_of((await events.feed(deps, after=0, limit=100))[-1])
 
     return on_db(settings, go)
 

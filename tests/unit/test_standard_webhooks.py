@@ -18,7 +18,7 @@ from dueflow.notifiers.event_webhook import EventWebhook
 from dueflow.notifiers.webhook import WebhookNotifier
 from tests.unit.test_webhook import REMINDER, SECRET, Hook, check_signature, hook  # noqa: F401
 
-BODY = b'{"id":"evt_1","event":"place"}'
+BODY = b'{"id":"evt_1","type":"place"}'
 
 
 @pytest.mark.parametrize("secret", [signing.new_secret(), "whsec_" + "A" * 32, SECRET])
@@ -28,7 +28,7 @@ def test_our_signature_is_the_librarys(secret):
     ours = signing.signature(signing.key_of(secret), "evt_1", at, BODY)
     assert ours == Webhook(key).sign("evt_1", datetime.fromtimestamp(at, UTC), BODY)
     headers = signing.headers([secret], "evt_1", int(time.time()), BODY)
-    assert Webhook(key).verify(BODY, headers) == {"id": "evt_1", "event": "place"}
+    assert Webhook(key).verify(BODY, headers) == {"id": "evt_1", "type": "place"}
     with pytest.raises(WebhookVerificationError):
         Webhook(key).verify(BODY.replace(b"place", b"pay"), headers)
 
@@ -65,7 +65,8 @@ async def test_a_notice_verifies_with_the_library(hook):  # noqa: F811
     finally:
         await notifier.close()
     (request,) = hook.received
-    assert Webhook(secret).verify(request.body, request.headers)["reminder_id"] == 41
+    notice = Webhook(secret).verify(request.body, request.headers)
+    assert (notice["id"], notice["type"]) == ("ntc_41", "pay_reminder")
     assert request.headers["webhook-id"] == "ntc_41"
     assert "x-dueflow-signature" not in request.headers  # a whsec_ secret: standard headers only
 
@@ -86,9 +87,9 @@ async def test_an_event_verifies_with_the_library(hook):  # noqa: F811
     secret = signing.new_secret()
     sender = EventWebhook(url=hook.url, secret=secret)
     try:
-        await sender.deliver({"id": "evt_3", "seq": 3}, replay=True)
+        await sender.deliver({"id": "evt_3", "type": "pay"}, replay=True)
     finally:
         await sender.close()
     (request,) = hook.received
-    assert Webhook(secret).verify(request.body, request.headers) == {"id": "evt_3", "seq": 3}
+    assert Webhook(secret).verify(request.body, request.headers) == {"id": "evt_3", "type": "pay"}
     assert (request.headers["webhook-id"], request.headers["dueflow-replay"]) == ("evt_3", "true")

@@ -16,6 +16,7 @@ from dueflow.exceptions import InvalidInput, NotFound, UnsafeURL
 from dueflow.notifiers.event_webhook import EventWebhook
 from dueflow.service import events, orders, webhook_endpoints, webhooks
 from tests.conftest import table_snapshot
+from tests.envelopes import seq_of
 from tests.unit.test_event_webhooks import Receiver, unused_port
 
 
@@ -92,13 +93,13 @@ async def test_two_endpoints_each_get_their_events_in_order_once_across_an_outag
     finally:
         await sender.webhook.close()
     feed = await events.feed(world.deps, after=0, limit=500)
-    assert [e["event"] for e in verified(placed_to, a["secret"])] == ["place"] * 4
-    assert verified(placed_to, a["secret"]) == [e for e in feed if e["event"] == "place"]
-    assert verified(cancelled_to, b["secret"]) == [e for e in feed if e["event"] == "buyer_cancel"]
+    assert [e["type"] for e in verified(placed_to, a["secret"])] == ["place"] * 4
+    assert verified(placed_to, a["secret"]) == [e for e in feed if e["type"] == "place"]
+    assert verified(cancelled_to, b["secret"]) == [e for e in feed if e["type"] == "buyer_cancel"]
     for endpoint in (a, b):
         status = (await webhook_endpoints.show(world.deps, endpoint["id"]))["status"]
         assert (status["backlog"], status["failures"], status["retry_at"]) == (0, 0, None)
-        assert status["delivered_seq"] == feed[-1]["seq"]  # past the events it leaves out
+        assert status["delivered_seq"] == seq_of(feed[-1])  # past the events it leaves out
     # one endpoint's secret does not verify the other's messages
     with pytest.raises(WebhookVerificationError):
         verified(placed_to, b["secret"])
@@ -177,7 +178,7 @@ async def test_a_replay_goes_to_its_endpoint_only(world, receivers):
         await delivered(world, sender)
         feed = await events.feed(world.deps, after=0, limit=500)
         told = await webhook_endpoints.replay(
-            world.deps, one["id"], first=feed[1]["seq"], last=feed[2]["seq"], actor="user:1"
+            world.deps, one["id"], first=seq_of(feed[1]), last=seq_of(feed[2]), actor="user:1"
         )
         assert told == f"{feed[1]['id']} to {feed[2]['id']} queued to be delivered again"
         await delivered(world, sender)

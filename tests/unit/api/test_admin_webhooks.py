@@ -21,6 +21,7 @@ from dueflow.notifiers.event_webhook import EventWebhook
 from dueflow.service import accounts, events, webhook_endpoints, webhooks
 from dueflow.store.schema import event_deliveries
 from tests.conftest import table_snapshot
+from tests.envelopes import seq_of
 from tests.unit.api.test_admin_pages import BASE, csrf_of, log_in
 from tests.unit.test_event_webhooks import unused_port
 from tests.unit.test_webhook_endpoints import orders_and_cancels
@@ -154,7 +155,7 @@ async def test_disable_enable_replay_and_delete(admin, backend_world):
     made = await webhook_endpoints.create(world.deps, url=PUBLIC, actor="user:1")
     one = made["id"]
     await orders_and_cancels(world, 2)
-    last = (await events.feed(world.deps, after=0, limit=500))[-1]["seq"]
+    last = seq_of((await events.feed(world.deps, after=0, limit=500))[-1])
 
     async def act(action: str, **fields: str) -> str:
         answer = await client.post(
