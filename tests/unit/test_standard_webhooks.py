@@ -5,6 +5,7 @@ verifies there; a secret of the older scheme keeps working (as bytes) beside its
 from __future__ import annotations
 
 import base64
+import json
 import time
 from datetime import UTC, datetime
 
@@ -67,7 +68,7 @@ async def test_a_notice_verifies_with_the_library(hook):  # noqa: F811
     (request,) = hook.received
     notice = Webhook(secret).verify(request.body, request.headers)
     assert (notice["id"], notice["type"]) == ("ntc_41", "pay_reminder")
-    assert request.headers["webhook-id"] == "ntc_41"
+    assert request.headers["webhook-id"] == notice["id"]  # the envelope's id
     assert "x-dueflow-signature" not in request.headers  # a whsec_ secret: standard headers only
 
 
@@ -80,7 +81,8 @@ async def test_a_notice_under_an_older_secret_verifies_both_ways(hook):  # noqa:
     (request,) = hook.received
     Webhook(SECRET.encode()).verify(request.body, request.headers)
     check_signature(request)  # today's receivers go on verifying
-    assert request.headers["x-dueflow-delivery"] == "41"
+    assert request.headers["webhook-id"] == json.loads(request.body)["id"] == "ntc_41"
+    assert request.headers["x-dueflow-delivery"] == "41"  # the bare reminder id, as it was
 
 
 async def test_an_event_verifies_with_the_library(hook):  # noqa: F811

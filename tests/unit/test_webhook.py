@@ -123,7 +123,8 @@ async def test_posts_signed_json(hook: Hook):
         "data": {"buyer_id": 3, "amount": "12.50", "pay_deadline": "2026-03-01T12:30:00+00:00"},
         "order": None,
     }
-    assert request.headers["x-dueflow-delivery"] == "41"
+    assert request.headers["webhook-id"] == "ntc_41"  # the envelope's id
+    assert request.headers["x-dueflow-delivery"] == "41"  # the bare reminder id, as it was
     check_signature(request)
     # A signature made with another secret, or over another body, does not match.
     with pytest.raises(AssertionError):
@@ -220,7 +221,9 @@ async def test_build_notifier_webhook_with_a_url(hook: Hook):
 
 
 async def test_worker_sends_reminders_through_the_webhook(world, hook: Hook):
-    """End to end: the delivery id the receiver sees is the stored reminder's id."""
+    """End to end: the delivery id the receiver sees is the stored reminder's: ``webhook-id``
+    is the envelope's id (``ntc_<reminder id>``), the older ``X-Dueflow-Delivery`` the bare
+    reminder id, on every try."""
     world.deps.notifier = WebhookNotifier(url=hook.url, secret=SECRET)  # closed by the fixture
     goods_id = await world.goods()
     order_id = await order_service.place_order(world.deps, buyer_id=world.buyer, goods_id=goods_id)
@@ -244,4 +247,7 @@ async def test_worker_sends_reminders_through_the_webhook(world, hook: Hook):
     last = hook.received[-1]
     assert last.headers["x-dueflow-delivery"] == str(rem.id)
     assert json.loads(last.body)["order"]["id"] == order_id
+    for request in hook.received:
+        assert request.headers["webhook-id"] == json.loads(request.body)["id"] == f"ntc_{rem.id}"
+        assert request.headers["x-dueflow-delivery"] == str(rem.id)
     check_signature(last)

@@ -1,10 +1,11 @@
 """The ``webhook`` notifier: POSTs each reminder as JSON, signed per Standard Webhooks
 (:mod:`dueflow.notifiers.signing`).
 
-``webhook-id`` is ``ntc_<reminder id>``: the same on every retry and every resend, so receivers
-drop repeats by it. A secret of the older scheme (not ``whsec_``) also gets the older headers:
-``X-Dueflow-Timestamp``, ``X-Dueflow-Delivery`` (the bare reminder id) and
-``X-Dueflow-Signature: sha256=<hex>`` over ``timestamp + "." + body``.
+``webhook-id`` is the envelope's ``id`` (``ntc_<reminder id>``): the same on every retry and
+every resend, so receivers drop repeats by it. A secret of the older scheme (not ``whsec_``) also
+gets the older headers: ``X-Dueflow-Timestamp``, ``X-Dueflow-Delivery`` (the bare reminder id, as
+it always was, for receivers written for it) and ``X-Dueflow-Signature: sha256=<hex>`` over
+``timestamp + "." + body``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -40,8 +42,8 @@ def message_id(reminder_id: int) -> str:
     return f"ntc_{reminder_id}"
 
 
-def payload(reminder: Reminder) -> bytes:
-    """The JSON body of a reminder: its envelope (docs/events.md). A reminder made without one
+def envelope_of(reminder: Reminder) -> Mapping[str, Any]:
+    """What a reminder's body holds: its envelope (docs/events.md). A reminder made without one
     (by hand) gets one without the order's snapshot."""
     envelope = reminder.envelope
     if envelope is None:
@@ -51,7 +53,7 @@ def payload(reminder: Reminder) -> bytes:
         else:
             data.update(amount=str(reminder.amount), pay_deadline=reminder.pay_deadline.isoformat())
         envelope = {
-            "id": f"ntc_{reminder.reminder_id}",
+            "id": message_id(reminder.reminder_id),
             "type": reminder.kind,
             "version": ENVELOPE_VERSION,
             "created_at": None,
@@ -59,7 +61,17 @@ def payload(reminder: Reminder) -> bytes:
             "data": data,
             "order": None,
         }
+    return envelope
+
+
+def encoded(envelope: Mapping[str, Any]) -> bytes:
+    """An envelope as the body of a POST (compact JSON)."""
     return json.dumps(envelope, separators=(",", ":")).encode()
+
+
+def payload(reminder: Reminder) -> bytes:
+    """The JSON body of a reminder: its envelope."""
+    return encoded(envelope_of(reminder))
 
 
 class WebhookNotifier(Notifier):
@@ -76,12 +88,16 @@ class WebhookNotifier(Notifier):
         self._client = httpx.AsyncClient(timeout=timeout)
 
     async def send(self, reminder: Reminder) -> None:
-        body = payload(reminder)
+        envelope = envelope_of(reminder)
+        body = encoded(envelope)
+        msg_id = str(envelope["id"])
         last = ""
         for delay in (*RETRY_DELAYS, None):
             try:
                 response = await self._client.post(
-                    self.url, content=body, headers=self._headers(reminder, body)
+                    self.url,
+                    content=body,
+                    headers=self._headers(msg_id, reminder.reminder_id, body),
                 )
             except NOT_SENT as exc:
                 last = f"{type(exc).__name__}: {exc}"
@@ -102,10 +118,11 @@ class WebhookNotifier(Notifier):
             f"webhook {self.url} refused reminder {reminder.reminder_id}: {last}"
         )
 
-    def _headers(self, reminder: Reminder, body: bytes) -> dict[str, str]:
-        rid = reminder.reminder_id
+    def _headers(self, msg_id: str, reminder_id: int, body: bytes) -> dict[str, str]:
+        """The signed headers: ``webhook-id`` is the envelope's id; the older
+        ``X-Dueflow-Delivery`` keeps the bare reminder id."""
         return signing.signed_headers(
-            [self.secret], message_id(rid), str(rid), int(time.time()), body
+            [self.secret], msg_id, str(reminder_id), int(time.time()), body
         )
 
     async def close(self) -> None:
