@@ -12,6 +12,8 @@ from datetime import timedelta
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from dueflow.api.app import create_app
+from dueflow.domain.events import NOTICE_TYPES, EventType
 from dueflow.exceptions import InvalidInput, NotFound, UnsafeURL
 from dueflow.notifiers.event_webhook import EventWebhook
 from dueflow.service import events, orders, webhook_endpoints, webhooks
@@ -221,12 +223,74 @@ async def test_an_unsafe_url_is_refused_and_nothing_is_made(world, url):
 
 async def test_bad_types_are_refused_and_nothing_is_made(world):
     before = await table_snapshot(world.deps)
-    for types in (["Place"], ["x" * 33], ["place; drop"], ["a"] * 51):
+    for types in (["Place"], ["x" * 33], ["place; drop"], ["place"] * 51):
         with pytest.raises(InvalidInput):
             await webhook_endpoints.create(
                 world.deps, url="http://93.184.216.34/hook", event_types=types, actor="user:1"
             )
+    # well formed, but no type the code writes (EventType), or a buyer notice's (not sent to
+    # endpoints: the notifier sends those)
+    for types, says in (
+        (["placed"], "'placed' is not an order event type"),
+        (["pay", "refund"], "'refund' is not an order event type"),
+        (["order_closed"], "'order_closed' is a buyer notice"),
+        (["place", "pay_reminder"], "'pay_reminder' is a buyer notice"),
+    ):
+        with pytest.raises(InvalidInput, match=says) as refused:
+            await webhook_endpoints.create(
+                world.deps, url="http://93.184.216.34/hook", event_types=types, actor="user:1"
+            )
+        assert refused.value.code == "invalid_input"
     assert await table_snapshot(world.deps) == before
+    # every order event type is taken (each once, sorted)
+    made = await webhook_endpoints.create(
+        world.deps,
+        url="http://93.184.216.34/hook",
+        event_types=[t.value for t in EventType if t not in NOTICE_TYPES] + ["pay"],
+        actor="user:1",
+    )
+    assert made["event_types"] == sorted(t.value for t in EventType if t not in NOTICE_TYPES)
+    # and a change to an unknown one changes nothing
+    before = await table_snapshot(world.deps)
+    for types in (["refund"], ["order_closed"]):
+        with pytest.raises(InvalidInput):
+            await webhook_endpoints.update(
+                world.deps, made["id"], changes={"event_types": types}, actor="user:1"
+            )
+    assert await table_snapshot(world.deps) == before
+
+
+async def test_over_the_api_an_unknown_type_is_422_invalid_input_and_changes_nothing(world):
+    from tests.unit.api import running_api
+
+    async with running_api(world.deps) as api:
+        made = await api.call(
+            "POST", "/api/admin/webhooks", "admin", json={"url": "http://93.184.216.34/h"}
+        )
+        assert made.status_code == 201, made.text
+        endpoint = f"/api/admin/webhooks/{made.json()['id']}"
+        before = await table_snapshot(world.deps)
+        for types in (["placed"], ["pay", "Pay"], ["order_closed"], ["pay_reminder"], [1]):
+            for method, path, body in (
+                ("POST", "/api/admin/webhooks", {"url": "http://93.184.216.34/h"}),
+                ("PATCH", endpoint, {}),
+            ):
+                answer = await api.call(method, path, "admin", json={**body, "event_types": types})
+                assert answer.status_code == 422, (method, types, answer.text)
+                assert answer.json()["error"]["code"] == "invalid_input", answer.text
+                assert "event_types" in answer.json()["error"]["message"]
+        assert await table_snapshot(world.deps) == before
+        changed = await api.call(
+            "PATCH", endpoint, "admin", json={"event_types": ["ship", "pay", "pay"]}
+        )
+        assert (changed.status_code, changed.json()["event_types"]) == (200, ["pay", "ship"])
+    # the OpenAPI document declares the types: an EventType each
+    spec = create_app(world.deps).openapi()
+    schemas = spec["components"]["schemas"]
+    assert schemas["EventType"]["enum"] == [t.value for t in EventType]
+    for model in ("NewEndpoint", "EndpointChange"):
+        (listed, _) = schemas[model]["properties"]["event_types"]["anyOf"]
+        assert listed["items"] == {"$ref": "#/components/schemas/EventType"}
 
 
 async def test_a_private_address_is_refused_at_send_time_too(world, receivers):

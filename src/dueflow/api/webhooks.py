@@ -15,13 +15,19 @@ from pydantic import Field
 from dueflow.api import auth, idempotency
 from dueflow.api.common import MAX_ID, Body, Id, answer, resource
 from dueflow.api.schemas import View, errors
+from dueflow.domain.events import EventType
 from dueflow.service import lists, webhook_endpoints
 from dueflow.service.deps import Deps
 
-EventType = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+#: The body's JSON strings taken as the enum's values (the bodies are strict otherwise).
+FilterType = Annotated[EventType, Field(strict=False)]
 EventTypes = Annotated[
-    list[EventType] | None,
-    Field(max_length=webhook_endpoints.MAX_TYPES, description="the event types sent (none: all)"),
+    list[FilterType] | None,
+    Field(
+        max_length=webhook_endpoints.MAX_TYPES,
+        description="the order event types sent (none: all); a buyer notice's type "
+        "(pay_reminder, order_closed) is refused: the notifier sends those",
+    ),
 ]
 Url = Annotated[str, Field(min_length=1, max_length=2000, examples=["https://host.example/hooks"])]
 Description = Annotated[str | None, Field(max_length=webhook_endpoints.MAX_DESCRIPTION)]

@@ -13,7 +13,6 @@ logged or shown again. After a rotation the old secret signs too for a while (bo
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.domain.events import NOTICE_TYPES, EventType
 from dueflow.exceptions import InvalidInput, NotFound
 from dueflow.notifiers import addresses, signing
 from dueflow.service import lists, webhooks
@@ -30,8 +30,9 @@ from dueflow.store import webhook_endpoints as store
 
 log = logging.getLogger(__name__)
 
-#: An event type as the ``event`` column holds it.
-EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+#: The types an endpoint's filter may name: every order event type (the buyer notices are not
+#: sent to endpoints: the notifier sends them).
+FILTER_TYPES = frozenset(t.value for t in EventType if t not in NOTICE_TYPES)
 MAX_TYPES = 50
 #: How long the old secret signs beside the new one after a rotation, unless told otherwise.
 ROTATION_OVERLAP = timedelta(hours=24)
@@ -43,16 +44,30 @@ def checked_types(types: Sequence[str] | None) -> tuple[str, ...] | None:
     """An event-type filter as stored: None (or empty) for every event.
 
     Raises:
-        InvalidInput: a type that is no event name, or over 50 of them.
+        InvalidInput: a type that is not an order event's
+            (:class:`~dueflow.domain.events.EventType`, a buyer notice's neither), or over 50
+            of them.
     """
     if not types:
         return None
     if len(types) > MAX_TYPES:
         raise InvalidInput(f"event_types: at most {MAX_TYPES}")
+    found = set()
     for name in types:
-        if not isinstance(name, str) or not EVENT_TYPE.fullmatch(name):
+        if not isinstance(name, str):
             raise InvalidInput(f"event_types: {name!a} is not an event type")
-    return tuple(sorted(set(types)))
+        value = str(name)  # an EventType's value
+        if value in NOTICE_TYPES:
+            raise InvalidInput(
+                f"event_types: {value!a} is a buyer notice (the notifier sends it), "
+                "not an order event"
+            )
+        if value not in FILTER_TYPES:
+            raise InvalidInput(
+                f"event_types: {value!a} is not an order event type (docs/events.md lists them)"
+            )
+        found.add(value)
+    return tuple(sorted(found))
 
 
 def _description(text: str | None) -> str | None:

@@ -199,7 +199,9 @@ async def test_bad_input_is_refused_with_a_4xx_and_changes_nothing(admin, backen
         (make, {"url": "http://169.254.169.254/latest"}, 422, "private, loopback"),
         (make, {"url": "gopher://93.184.216.34/"}, 422, "http:// or https://"),
         (make, {"url": ""}, 422, "http:// or https://"),
-        (make, {"url": PUBLIC, "types": "place Not-A-Type"}, 422, "is not an event type"),
+        (make, {"url": PUBLIC, "types": "place Not-A-Type"}, 422, "is not an order event type"),
+        (make, {"url": PUBLIC, "types": "place, placed"}, 422, "is not an order event type"),
+        (make, {"url": PUBLIC, "types": "pay_reminder"}, 422, "is a buyer notice"),
         (make, {"url": PUBLIC, "description": "x" * 201}, 422, "description"),
         (make, {"url": PUBLIC + "\x00"}, 422, "url"),  # a control character: no form takes it
         (f"/admin/webhooks/{one}/replay", {"first": "abc"}, 422, "seq of its first"),

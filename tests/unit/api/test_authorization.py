@@ -515,6 +515,12 @@ BAD_INPUT = [
         {"json": {"url": "http://1.1.1.1/", "event_types": ["X"]}},
         422,
     ),
+    (
+        "POST",
+        "/api/admin/webhooks",
+        {"json": {"url": "http://1.1.1.1/", "event_types": ["placed"]}},
+        422,
+    ),
     ("GET", "/api/admin/webhooks?after=bogus", {}, 422),
     ("GET", "/api/admin/webhooks/999", {}, 404),
 ]
