@@ -87,10 +87,16 @@ class Dueflow:
         headers = {"Dueflow-Act-As": user[0], "Dueflow-Act-As-Name": user[1]}
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
-        answer = await self.http.post(path, json=body, headers=headers)
+        try:
+            answer = await self.http.post(path, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise Refused(502, f"dueflow did not answer: {exc!r}") from exc
         if answer.is_error:
-            error = answer.json().get("error", {}) if answer.content else {}
-            raise Refused(answer.status_code, error.get("message", answer.reason_phrase))
+            try:
+                message = answer.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = answer.reason_phrase
+            raise Refused(answer.status_code, message)
         result: dict[str, Any] = answer.json()
         return result
 
@@ -174,7 +180,7 @@ async def place(request: Request) -> Response:
     try:
         line = {"sku_id": int(form["sku_id"]), "quantity": int(form["quantity"])}
     except (KeyError, ValueError):
-        return HTMLResponse(pages.page("Refused", "<p>Say which and how many.</p>"), 400)
+        return HTMLResponse(pages.page("Not done", "<p>Say which and how many.</p>"), 400)
     placed = await request.app.state.dueflow.call(
         "/api/orders",
         {"lines": [line]},
@@ -242,7 +248,7 @@ async def _form(request: Request) -> dict[str, str]:
 
 async def _refused(request: Request, exc: Refused) -> Response:
     status = exc.status if 400 <= exc.status < 500 else 502
-    return HTMLResponse(pages.refused(exc.status, exc.message), status_code=status)
+    return HTMLResponse(pages.refused(exc.message), status_code=status)
 
 
 def main() -> None:

@@ -90,8 +90,9 @@ def order(view: dict[str, Any]) -> str:
     return page(f"Order {view['id']}", body, refresh=snapshot["status"] in MOVING)
 
 
-def refused(status: int, message: str) -> str:
-    return page("Refused", f"<p>dueflow answered {status}: {escape(message)}</p>")
+def refused(message: str) -> str:
+    """dueflow's error message (it says what went wrong: "sku 1 (mug): 1 left, 2 asked")."""
+    return page("Not done", f"<p>{escape(message)}</p>")
 
 
 def _actor(actor: dict[str, Any]) -> str:
