@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store import hot, tally
+from dueflow.store import _rows, hot, tally
 from dueflow.store.schema import goods
 
 ON_SALE = "on_sale"
@@ -18,21 +18,17 @@ SOLD = "sold"
 OFF_SALE = "off_sale"
 
 
-async def insert_goods(
-    conn: AsyncConnection, *, seller_id: int, title: str, price: Decimal, now: datetime
-) -> int:
+class NewGoods(TypedDict):
+    """New goods' columns as their seller gives them."""
+
+    seller_id: int
+    title: str
+    price: Decimal
+
+
+async def insert_goods(conn: AsyncConnection, *, now: datetime, **item: Unpack[NewGoods]) -> int:
     """Put goods on sale; returns their id."""
-    result = await conn.execute(
-        insert(goods).values(
-            seller_id=seller_id,
-            title=title,
-            price=price,
-            status=ON_SALE,
-            created_at=now,
-            updated_at=now,
-        )
-    )
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
+    return await _rows.add(conn, goods, item, status=ON_SALE, created_at=now, updated_at=now)
 
 
 #: Placing's read and guarded hold of the goods, run hot (docs/architecture.md, "How hot

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Row, Select, bindparam, insert, select, update
+from sqlalchemy import Row, Select, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store import hot
+from dueflow.store import _rows, hot
 from dueflow.store.schema import api_keys, users
 
 #: What a key's list, show and answers read (never its secret's hash).
@@ -25,32 +25,21 @@ PUBLIC = (
 )
 
 
-async def insert_key(
-    conn: AsyncConnection,
-    *,
-    name: str,
-    prefix: str,
-    secret_hash: str,
-    scopes: str,
-    created_by: str,
-    expires_at: datetime | None,
-    rotated_from: int | None,
-    now: datetime,
-) -> int:
+class NewKey(TypedDict):
+    """A new key's columns as its maker gives them (the secret only as its hash)."""
+
+    name: str
+    prefix: str
+    secret_hash: str
+    scopes: str
+    created_by: str
+    expires_at: datetime | None
+    rotated_from: int | None
+
+
+async def insert_key(conn: AsyncConnection, *, now: datetime, **key: Unpack[NewKey]) -> int:
     """Add a key; returns its id."""
-    result = await conn.execute(
-        insert(api_keys).values(
-            name=name,
-            prefix=prefix,
-            secret_hash=secret_hash,
-            scopes=scopes,
-            created_by=created_by,
-            expires_at=expires_at,
-            rotated_from=rotated_from,
-            created_at=now,
-        )
-    )
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
+    return await _rows.add(conn, api_keys, key, created_at=now)
 
 
 async def get(conn: AsyncConnection, key_id: int, *, for_update: bool = False) -> Row[Any] | None:

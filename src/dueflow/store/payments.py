@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import Row, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store import events, tally
+from dueflow.store import _rows, events, tally
 from dueflow.store.schema import discrepancies, orders, payments, refunds
 from dueflow.store.types import fit
 
@@ -32,29 +32,21 @@ REFUND_SETTLED_OFFLINE = "settled_offline"
 REFUND_ALREADY_REFUNDED = "already_refunded"
 
 
+class NewAttempt(TypedDict):
+    """A new payment attempt's columns: what is paid, to whom, until when."""
+
+    pay_no: str
+    order_id: int
+    provider: str
+    amount: Decimal
+    expires_at: datetime
+
+
 async def insert_attempt(
-    conn: AsyncConnection,
-    *,
-    pay_no: str,
-    order_id: int,
-    provider: str,
-    amount: Decimal,
-    expires_at: datetime,
-    now: datetime,
+    conn: AsyncConnection, *, now: datetime, **attempt: Unpack[NewAttempt]
 ) -> int:
-    """Record a payment attempt; returns its id."""
-    result = await conn.execute(
-        insert(payments).values(
-            pay_no=pay_no,
-            order_id=order_id,
-            provider=provider,
-            amount=amount,
-            expires_at=expires_at,
-            state=OPEN,
-            created_at=now,
-        )
-    )
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
+    """Record a payment attempt (open); returns its id."""
+    return await _rows.add(conn, payments, attempt, state=OPEN, created_at=now)
 
 
 async def by_pay_no(

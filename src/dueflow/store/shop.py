@@ -13,12 +13,12 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Row, Table, case, func, insert, select, update
+from sqlalchemy import Row, Table, case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store import tally
+from dueflow.store import _rows, tally
 from dueflow.store.schema import (
     coupon_templates,
     coupons,
@@ -35,21 +35,20 @@ USED = "used"
 EXPIRED = "expired"
 
 
-async def insert_sku(
-    conn: AsyncConnection, *, seller_id: int, title: str, price: Decimal, stock: int, now: datetime
-) -> int:
+class NewSku(TypedDict):
+    """A new SKU's columns as its seller gives them (``stock``: the units put on sale)."""
+
+    seller_id: int
+    title: str
+    price: Decimal
+    stock: int
+
+
+async def insert_sku(conn: AsyncConnection, *, now: datetime, **sku: Unpack[NewSku]) -> int:
     """A new SKU with ``stock`` units on sale; returns its id."""
-    result = await conn.execute(
-        insert(skus).values(
-            seller_id=seller_id,
-            title=title,
-            price=price,
-            created_at=now,
-            updated_at=now,
-            **_all_on_sale(stock),
-        )
+    return await _rows.add(
+        conn, skus, sku, created_at=now, updated_at=now, **_all_on_sale(sku["stock"])
     )
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
 
 
 def _all_on_sale(stock: int) -> dict[str, int]:
@@ -176,18 +175,41 @@ async def uncount_buyers(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> Non
     await tally.uncount(conn, flash_buyers, ("flash_sale_id", "buyer_id"), "units", per_buyer)
 
 
-async def insert_flash_sale(conn: AsyncConnection, **values: Any) -> int:
+class NewFlashSale(TypedDict):
+    """A new flash sale's columns (``stock``: the SKU's units it puts on sale)."""
+
+    sku_id: int
+    seller_id: int
+    price: Decimal
+    stock: int
+    starts_at: datetime
+    ends_at: datetime
+    per_buyer_limit: int
+    created_at: datetime
+    updated_at: datetime
+
+
+async def insert_flash_sale(conn: AsyncConnection, **sale: Unpack[NewFlashSale]) -> int:
     """A new flash sale (its units all on sale); returns its id."""
-    result = await conn.execute(
-        insert(flash_sales).values({**values, **_all_on_sale(values["stock"])})
-    )
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
+    return await _rows.add(conn, flash_sales, sale, **_all_on_sale(sale["stock"]))
 
 
-async def insert_template(conn: AsyncConnection, **values: Any) -> int:
+class NewTemplate(TypedDict):
+    """A new coupon template's columns: its terms and how many coupons it may issue."""
+
+    seller_id: int
+    title: str
+    amount_off: Decimal
+    min_amount: Decimal
+    valid_from: datetime
+    valid_until: datetime
+    total: int
+    created_at: datetime
+
+
+async def insert_template(conn: AsyncConnection, **tpl: Unpack[NewTemplate]) -> int:
     """A new coupon template (none issued yet); returns its id."""
-    result = await conn.execute(insert(coupon_templates).values(issued=0, **values))
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
+    return await _rows.add(conn, coupon_templates, tpl, issued=0)
 
 
 async def template(
@@ -211,17 +233,10 @@ async def issue(conn: AsyncConnection, tpl: Row[Any], user_id: int, now: datetim
     )
     if result.rowcount != 1:
         return None
-    inserted = await conn.execute(
-        insert(coupons).values(
-            template_id=tpl.id,
-            user_id=user_id,
-            state=AVAILABLE,
-            valid_until=tpl.valid_until,
-            issued_at=now,
-            updated_at=now,
-        )
+    new_coupon = {"template_id": tpl.id, "user_id": user_id, "valid_until": tpl.valid_until}
+    return await _rows.add(
+        conn, coupons, new_coupon, state=AVAILABLE, issued_at=now, updated_at=now
     )
-    return int(inserted.inserted_primary_key[0])  # type: ignore[index]
 
 
 def _coupon_columns() -> list[Any]:

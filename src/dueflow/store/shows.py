@@ -11,14 +11,14 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import Row, Table, and_, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.exceptions import SeatLimitExceeded, SeatUnavailable
-from dueflow.store import tally
+from dueflow.store import _rows, tally
 from dueflow.store.schema import seat_holds, seats, show_buyers, shows, tickets
 
 ON_SALE = "on_sale"
@@ -41,10 +41,22 @@ class SeatMove:
     after: str
 
 
-async def insert_show(conn: AsyncConnection, **values: Any) -> int:
-    """Add a show; returns its id."""
-    result = await conn.execute(insert(shows).values(status=ON_SALE, **values))
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
+class NewShow(TypedDict):
+    """A new show's columns as its organizer gives them."""
+
+    organizer_id: int
+    title: str
+    venue: str
+    starts_at: datetime
+    sales_close_at: datetime
+    seat_limit: int
+    created_at: datetime
+    updated_at: datetime
+
+
+async def insert_show(conn: AsyncConnection, **show: Unpack[NewShow]) -> int:
+    """Add a show (on sale); returns its id."""
+    return await _rows.add(conn, shows, show, status=ON_SALE)
 
 
 async def insert_seats(

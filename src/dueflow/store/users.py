@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Row, bindparam, insert, select, update
+from sqlalchemy import Row, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store import hot
+from dueflow.store import _rows, hot
 from dueflow.store.schema import users
 
 
+class NewUser(TypedDict):
+    """A new user's columns as its maker gives them (its token only as the token's hash)."""
+
+    name: str
+    token_hash: str
+
+
+class NewExternalUser(NewUser):
+    """A new user a host names: the host's id for it and the name the host shows."""
+
+    external_id: str
+    display_name: str | None
+
+
 async def insert_user(
-    conn: AsyncConnection, *, name: str, token_hash: str, is_admin: bool, now: datetime
+    conn: AsyncConnection, *, is_admin: bool, now: datetime, **user: Unpack[NewUser]
 ) -> int:
     """Add a user; returns its id."""
-    result = await conn.execute(
-        insert(users).values(name=name, token_hash=token_hash, is_admin=is_admin, created_at=now)
-    )
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
+    return await _rows.add(conn, users, user, is_admin=is_admin, created_at=now)
 
 
 async def by_id(conn: AsyncConnection, user_id: int) -> Row[Any] | None:
@@ -57,26 +68,10 @@ async def set_token_hash(conn: AsyncConnection, user_id: int, token_hash: str) -
 
 
 async def insert_external(
-    conn: AsyncConnection,
-    *,
-    name: str,
-    token_hash: str,
-    external_id: str,
-    display_name: str | None,
-    now: datetime,
+    conn: AsyncConnection, *, now: datetime, **user: Unpack[NewExternalUser]
 ) -> int:
-    """Add the user a host names ``external_id``; returns its id."""
-    result = await conn.execute(
-        insert(users).values(
-            name=name,
-            token_hash=token_hash,
-            is_admin=False,
-            external_id=external_id,
-            display_name=display_name,
-            created_at=now,
-        )
-    )
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
+    """Add the user a host names ``external_id`` (never an admin); returns its id."""
+    return await _rows.add(conn, users, user, is_admin=False, created_at=now)
 
 
 async def by_external_id(conn: AsyncConnection, external_id: str) -> Row[Any] | None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy import Row, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.store import _rows
 from dueflow.store.schema import event_deliveries, webhook_endpoints
 
 w = webhook_endpoints.c
@@ -25,30 +26,33 @@ def types_of(row: Row[Any]) -> tuple[str, ...] | None:
     return tuple(row.event_types.split()) if row.event_types else None
 
 
+class NewEndpoint(TypedDict):
+    """A new endpoint's URL, signing secret and note, as its maker gives them."""
+
+    url: str
+    secret: str
+    description: str | None
+
+
 async def add(
     conn: AsyncConnection,
     *,
-    url: str,
-    secret: str,
     types: Sequence[str] | None,
-    description: str | None,
     by: str,
     now: datetime,
+    **endpoint: Unpack[NewEndpoint],
 ) -> int:
     """A new enabled endpoint; returns its id."""
-    result = await conn.execute(
-        insert(webhook_endpoints).values(
-            url=url,
-            secret=secret,
-            event_types=types_text(types),
-            enabled=True,
-            description=description,
-            created_by=by,
-            created_at=now,
-            updated_at=now,
-        )
+    return await _rows.add(
+        conn,
+        webhook_endpoints,
+        endpoint,
+        event_types=types_text(types),
+        enabled=True,
+        created_by=by,
+        created_at=now,
+        updated_at=now,
     )
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
 
 
 async def get(conn: AsyncConnection, endpoint_id: int) -> Row[Any] | None:
