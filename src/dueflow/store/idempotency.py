@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Row, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.store import _rows
 from dueflow.store.schema import idempotency_keys
 
 #: How long a key answers with its first answer.
@@ -44,6 +45,16 @@ class Key:
     answer: Callable[[Mapping[str, Any]], str] | None = None
     method: str = PLACING[0]
     route: str = PLACING[1]
+
+    def columns(self) -> dict[str, str]:
+        """The columns of this key's row that name it and its request."""
+        return {
+            "principal": self.principal,
+            "key": self.key,
+            "method": self.method,
+            "route": self.route,
+            "request_hash": self.request_hash,
+        }
 
     def same_request(self, row: Row[Any]) -> bool:
         """``row`` (of this key) was written for this very request."""
@@ -103,11 +114,7 @@ async def tie(
     await forget_stale(conn, key, now)
     await conn.execute(
         insert(idempotency_keys).values(
-            principal=key.principal,
-            key=key.key,
-            method=key.method,
-            route=key.route,
-            request_hash=key.request_hash,
+            **key.columns(),
             order_id=int(view["id"]),
             status_code=201 if key.answer is not None else None,
             body=key.answer(view) if key.answer is not None else None,
@@ -120,18 +127,9 @@ async def claim(conn: AsyncConnection, key: Key, now: datetime) -> int:
     """Claim ``key`` for its request until ``now`` + :data:`LEASE`; returns the row's id. A key
     already held (live, stale, or claimed at this instant by a repeat) fails on the unique key
     (a Conflict when the transaction ends)."""
-    result = await conn.execute(
-        insert(idempotency_keys).values(
-            principal=key.principal,
-            key=key.key,
-            method=key.method,
-            route=key.route,
-            request_hash=key.request_hash,
-            locked_until=now + LEASE,
-            created_at=now,
-        )
+    return await _rows.add(
+        conn, idempotency_keys, key.columns(), locked_until=now + LEASE, created_at=now
     )
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
 
 
 async def take_over(conn: AsyncConnection, row_id: int, now: datetime) -> bool:
