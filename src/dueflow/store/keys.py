@@ -45,10 +45,7 @@ async def insert_key(conn: AsyncConnection, *, now: datetime, **key: Unpack[NewK
 async def get(conn: AsyncConnection, key_id: int, *, for_update: bool = False) -> Row[Any] | None:
     """The key with this id (its public columns)."""
     query: Select[Any] = select(*PUBLIC).where(api_keys.c.id == key_id)
-    if for_update:
-        query = query.with_for_update()
-    row: Row[Any] | None = (await conn.execute(query)).first()
-    return row
+    return await _rows.first(conn, query, for_update=for_update)
 
 
 async def page(conn: AsyncConnection, *, after: int | None, limit: int) -> list[Row[Any]]:

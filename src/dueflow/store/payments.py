@@ -54,9 +54,7 @@ async def by_pay_no(
 ) -> Row[Any] | None:
     """The attempt with this pay_no, locked when ``for_update``."""
     query = select(payments).where(payments.c.pay_no == pay_no)
-    if for_update:
-        query = query.with_for_update()
-    return (await conn.execute(query)).first()
+    return await _rows.first(conn, query, for_update=for_update)
 
 
 # The confirm path's statements, built once: building and keying a statement per call costs
@@ -279,9 +277,7 @@ async def refund_by_id(
         .join(payments, payments.c.id == refunds.c.payment_id)
         .where(refunds.c.id == refund_id)
     )
-    if for_update:
-        query = query.with_for_update()
-    return (await conn.execute(query)).first()
+    return await _rows.first(conn, query, for_update=for_update)
 
 
 async def refund_by_no(conn: AsyncConnection, refund_no: str) -> Row[Any] | None:

@@ -62,9 +62,7 @@ async def get(
 ) -> Row[Any] | None:
     """One SKU or flash sale (``table``)."""
     query = select(table).where(table.c.id == item_id)
-    if for_update:
-        query = query.with_for_update()
-    return (await conn.execute(query)).first()
+    return await _rows.first(conn, query, for_update=for_update)
 
 
 async def many(conn: AsyncConnection, table: Table, item_ids: Sequence[int]) -> list[Row[Any]]:
@@ -217,9 +215,7 @@ async def template(
 ) -> Row[Any] | None:
     """One coupon template."""
     query = select(coupon_templates).where(coupon_templates.c.id == template_id)
-    if for_update:
-        query = query.with_for_update()
-    return (await conn.execute(query)).first()
+    return await _rows.first(conn, query, for_update=for_update)
 
 
 async def issue(conn: AsyncConnection, tpl: Row[Any], user_id: int, now: datetime) -> int | None:
