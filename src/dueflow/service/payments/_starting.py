@@ -29,6 +29,7 @@ from dueflow.payments.base import (
 )
 from dueflow.service import actors
 from dueflow.service.deps import Deps
+from dueflow.service.payments._closing import attempt_of
 from dueflow.service.payments._confirm import MANUAL, new_pay_no
 from dueflow.store import holds, idempotency, orders, payments, shows
 
@@ -126,7 +127,7 @@ async def _new_attempt(
         deps.providers.get(provider).check_amount(order.amount)  # before anything is stored
         resumed = await _noted_attempt(conn, order_id, key)
         if resumed is not None:
-            return resumed.id, _attempt_of(resumed), await _subject(conn, order, show)
+            return resumed.id, attempt_of(resumed), await _subject(conn, order, show)
         attempt = Attempt(
             pay_no=new_pay_no(now),
             order_id=order_id,
@@ -174,16 +175,6 @@ async def _noted_attempt(
             if row.id == key.effect_id and row.start_answer != StartAnswer.REFUSED.value
         ),
         None,
-    )
-
-
-def _attempt_of(row: Row[Any]) -> Attempt:
-    return Attempt(
-        pay_no=row.pay_no,
-        order_id=row.order_id,
-        provider=row.provider,
-        amount=row.amount,
-        expires_at=row.expires_at,
     )
 
 
