@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from dueflow.api.admin_pages.site import Pages, checked_id, forbidden, refused_field
+from dueflow.api.admin_pages.site import Pages, checked_id
 from dueflow.domain import times
 from dueflow.exceptions import DomainError, InvalidInput
 from dueflow.service import keys
@@ -40,27 +40,28 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     @routes.post("/keys", response_class=HTMLResponse)
     async def add_key(request: Request) -> Response:
-        user, form = await pages.checked(request)
-        if user is None:
-            return forbidden(pages, request)
-        refused = refused_field(form)
-        if refused is not None:
-            return pages.problem(request, user, 422, "Bad input", refused)
-        try:
+        async def answer(user: User, form: dict[str, str]) -> Response:
             expiry = form.get("expires_at", "").strip()
+            try:
+                expires_at = times.parse(expiry) if expiry else None
+            except ValueError as exc:  # the expiry is not a time
+                raise InvalidInput(f"expires_at: {exc}") from None
             made, secret = await keys.add_key(
                 deps,
                 name=form.get("name", ""),
                 scopes=[s for s in keys.SCOPES if form.get(f"scope_{s}")],
-                expires_at=times.parse(expiry) if expiry else None,
+                expires_at=expires_at,
                 by=f"user:{user.id}",
             )
-        except ValueError as exc:  # the expiry is not a time
-            return await listing(request, user, 422, refused=f"expires_at: {exc}")
-        except DomainError as exc:
+            return await listing(request, user, 201, made=made, secret=secret)
+
+        async def refused(
+            request: Request, user: User, form: dict[str, str], exc: DomainError
+        ) -> Response:
             status = 422 if isinstance(exc, InvalidInput) else 409
             return await listing(request, user, status, refused=exc.message)
-        return await listing(request, user, 201, made=made, secret=secret)
+
+        return await pages.answer_form(request, answer, refused)
 
     @routes.post("/keys/{key_id}/revoke")
     async def revoke(request: Request, key_id: int) -> Response:
