@@ -52,18 +52,23 @@ app.command()(worker.worker)
 app.command()(serve.serve)
 app.command()(simulator.simulator)
 app.command()(demo.demo)
-app.add_typer(users.app, name="users")
-app.add_typer(keys.app, name="keys")
-app.add_typer(goods.app, name="goods")
-app.add_typer(orders.app, name="orders")
-app.add_typer(payments.app, name="payments")
-app.add_typer(refunds.app, name="refunds")
-app.add_typer(timers.app, name="timers")
-app.add_typer(shop.skus_app, name="skus")
-app.add_typer(shop.coupons_app, name="coupons")
-app.add_typer(shop.flash_app, name="flash")
-app.add_typer(shows.app, name="shows")
-app.add_typer(webhooks.app, name="webhooks")
+#: The command groups, by name (``dueflow keys add ...``).
+GROUPS: dict[str, typer.Typer] = {
+    "users": users.app,
+    "keys": keys.app,
+    "goods": goods.app,
+    "orders": orders.app,
+    "payments": payments.app,
+    "refunds": refunds.app,
+    "timers": timers.app,
+    "skus": shop.skus_app,
+    "coupons": shop.coupons_app,
+    "flash": shop.flash_app,
+    "shows": shows.app,
+    "webhooks": webhooks.app,
+}
+for name, group in GROUPS.items():
+    app.add_typer(group, name=name)
 
 
 def main() -> None:
