@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from sqlalchemy import (
     Column,
@@ -167,17 +167,21 @@ def moved_to(
     return groups
 
 
+class EventFields(TypedDict):
+    """What a timeline entry says: the event, who made it and when, the status move, a text
+    for people (``detail``) and the envelope's ``data``."""
+
+    event: str
+    actor: str
+    now: datetime
+    from_status: NotRequired[OrderStatus | None]
+    to_status: NotRequired[OrderStatus | None]
+    detail: NotRequired[str | None]
+    data: NotRequired[Mapping[str, Any] | None]
+
+
 async def record_events(
-    conn: AsyncConnection,
-    rows: Sequence[Row[Any]] | Sequence[int],
-    *,
-    event: str,
-    actor: str,
-    now: datetime,
-    from_status: OrderStatus | None = None,
-    to_status: OrderStatus | None = None,
-    detail: str | None = None,
-    data: Mapping[str, Any] | None = None,
+    conn: AsyncConnection, rows: Sequence[Row[Any]] | Sequence[int], **fields: Unpack[EventFields]
 ) -> None:
     """Append one timeline entry per order, each with ``data`` (the envelope's, structured);
     texts longer than their columns are cut (a provider's message in ``detail`` must not fail
@@ -185,22 +189,14 @@ async def record_events(
     if not rows:
         return
     ids = [r if isinstance(r, int) else r.id for r in rows]
-    event = fit(order_events.c.event, event) or ""
-    actor = fit(order_events.c.actor, actor) or ""
-    detail = fit(order_events.c.detail, detail)
     if len(ids) == 1:
-        await add_event(
-            conn,
-            ids[0],
-            event=event,
-            actor=actor,
-            now=now,
-            from_status=from_status,
-            to_status=to_status,
-            detail=detail,
-            data=data,
-        )
+        await add_event(conn, ids[0], **fields)
         return
+    event = fit(order_events.c.event, fields["event"]) or ""
+    actor = fit(order_events.c.actor, fields["actor"]) or ""
+    detail = fit(order_events.c.detail, fields.get("detail"))
+    now, data = fields["now"], fields.get("data")
+    from_status, to_status = fields.get("from_status"), fields.get("to_status")
     text = None if data is None else snapshots.encode(data)
     # One INSERT ... SELECT for a batch: no per-row parameters to build.
     entries = select(
@@ -226,27 +222,23 @@ async def add_event(
     conn: AsyncConnection,
     order_id: int,
     *,
-    event: str,
-    actor: str,
-    now: datetime,
-    from_status: OrderStatus | None = None,
-    to_status: OrderStatus | None = None,
-    detail: str | None = None,
-    data: Mapping[str, Any] | None = None,
     snapshot: Mapping[str, Any] | None = None,
+    **fields: Unpack[EventFields],
 ) -> dict[str, Any]:
     """Append one timeline entry (texts cut to their columns, as :func:`record_events`) with
     its ``data`` and the order's ``snapshot`` (given: placing knows its order whole; else
     filled last in the transaction); returns it as :func:`timeline` reads it (not yet
     numbered: ``seq`` is None)."""
+    from_status, to_status = fields.get("from_status"), fields.get("to_status")
+    data = fields.get("data")
     values = {
         "order_id": order_id,
-        "at": now,
-        "event": fit(order_events.c.event, event) or "",
-        "actor": fit(order_events.c.actor, actor) or "",
+        "at": fields["now"],
+        "event": fit(order_events.c.event, fields["event"]) or "",
+        "actor": fit(order_events.c.actor, fields["actor"]) or "",
         "from_status": from_status.value if from_status else None,
         "to_status": to_status.value if to_status else None,
-        "detail": fit(order_events.c.detail, detail),
+        "detail": fit(order_events.c.detail, fields.get("detail")),
         "data": None if data is None else snapshots.encode(data),
         "snapshot": None if snapshot is None else snapshots.encode(snapshot),
     }
