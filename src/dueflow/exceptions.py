@@ -41,16 +41,21 @@ The tree::
         ├── AmountMismatch           the amount differs from what the payment owes
         └── WrongMerchant            it names another app, merchant or seller
 
-Each class docstring is its default message.
+Each class docstring is its default message; each class names its code in the registry of
+:mod:`dueflow.error_codes` (a subclass without one answers its parent's).
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
+
+from dueflow.error_codes import ErrorCode
 
 
 class DueflowError(Exception):
     """dueflow failed."""
 
-    code = "error"
+    code: ClassVar[ErrorCode] = ErrorCode.ERROR
 
     def __init__(self, message: str | None = None) -> None:
         self.message = message or (type(self).__doc__ or "").strip()
@@ -60,32 +65,38 @@ class DueflowError(Exception):
 class ConfigError(DueflowError):
     """The settings are invalid."""
 
-    code = "bad_config"
+    code = ErrorCode.BAD_CONFIG
 
 
 class NotMigrated(ConfigError):
     """The database schema is not at the revision this dueflow needs: run `dueflow migrate`."""
 
-    code = "not_migrated"
+    code = ErrorCode.NOT_MIGRATED
 
 
 class DomainError(DueflowError):
     """The request was refused."""
 
-    code = "refused"
+    code = ErrorCode.REFUSED
 
 
 class InvalidInput(DomainError):
     """A value is malformed or out of range."""
 
-    code = "invalid_input"
+    code = ErrorCode.INVALID_INPUT
+
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        #: The input at fault as the request names it (``lines[0].quantity``, ``after``), when
+        #: one is: the API answers it as ``error.field``, located (``body.``, ``query.``).
+        self.field = field
+        super().__init__(message)
 
 
 class UnstorableValue(InvalidInput):
     """A value cannot be stored: text with characters the database refuses, or a number out of
     range."""
 
-    code = "unstorable_value"
+    code = ErrorCode.UNSTORABLE_VALUE
 
 
 class UnsafeURL(InvalidInput):
@@ -99,37 +110,37 @@ class UnsafeURL(InvalidInput):
 class Conflict(DomainError):
     """The change conflicts with what is stored (a duplicate, or a reference to a missing row)."""
 
-    code = "conflict"
+    code = ErrorCode.CONFLICT
 
 
 class NotFound(DomainError):
     """Not found."""
 
-    code = "not_found"
+    code = ErrorCode.NOT_FOUND
 
 
 class NotAllowed(DomainError):
     """You may not do this."""
 
-    code = "not_allowed"
+    code = ErrorCode.NOT_ALLOWED
 
 
 class NotYourRole(NotAllowed):
     """The order is yours, but this is for its other party to do."""
 
-    code = "not_your_role"
+    code = ErrorCode.NOT_YOUR_ROLE
 
 
 class Unauthenticated(DomainError):
     """A bearer token or a service key is required."""
 
-    code = "unauthorized"
+    code = ErrorCode.UNAUTHORIZED
 
 
 class MissingScope(DomainError):
     """The service key lacks the scope this route needs."""
 
-    code = "missing_scope"
+    code = ErrorCode.MISSING_SCOPE
 
     def __init__(self, scope: str) -> None:
         self.scope = scope
@@ -139,20 +150,20 @@ class MissingScope(DomainError):
 class ActAsRequired(DomainError):
     """This route acts for a user: a service key names one with the Dueflow-Act-As header."""
 
-    code = "act_as_required"
+    code = ErrorCode.ACT_AS_REQUIRED
 
 
 class ActAsNotAllowed(DomainError):
     """Only a service key may act for a user (Dueflow-Act-As); a personal token acts for its
     own user."""
 
-    code = "act_as_not_allowed"
+    code = ErrorCode.ACT_AS_NOT_ALLOWED
 
 
 class InvalidTransition(DomainError):
     """The order's status does not allow this."""
 
-    code = "invalid_transition"
+    code = ErrorCode.INVALID_TRANSITION
 
     def __init__(self, message: str | None = None, *, status: str | None = None) -> None:
         self.status = status
@@ -162,51 +173,51 @@ class InvalidTransition(DomainError):
 class GoodsUnavailable(DomainError):
     """The goods are not available: held by another order, sold or off sale."""
 
-    code = "goods_unavailable"
+    code = ErrorCode.GOODS_UNAVAILABLE
 
 
 class SeatUnavailable(GoodsUnavailable):
     """A seat asked for is held by another order or sold."""
 
-    code = "seat_unavailable"
+    code = ErrorCode.SEAT_UNAVAILABLE
 
 
 class SeatLimitExceeded(DomainError):
     """The order would take the buyer past the show's per-buyer seat limit."""
 
-    code = "seat_limit_exceeded"
+    code = ErrorCode.SEAT_LIMIT_EXCEEDED
 
 
 class SalesClosed(DomainError):
     """The show takes no orders: its sales closed, it started or it was cancelled (or a flash
     sale has not started or has ended)."""
 
-    code = "sales_closed"
+    code = ErrorCode.SALES_CLOSED
 
 
 class OutOfStock(GoodsUnavailable):
     """Not enough units left: of a SKU, or of a flash sale."""
 
-    code = "out_of_stock"
+    code = ErrorCode.OUT_OF_STOCK
 
 
 class PurchaseLimitExceeded(SeatLimitExceeded):
     """The order would take the buyer past a flash sale's per-buyer limit."""
 
-    code = "purchase_limit_exceeded"
+    code = ErrorCode.PURCHASE_LIMIT_EXCEEDED
 
 
 class CouponUnusable(DomainError):
     """The coupon cannot go with this order: expired, not yet valid, used, locked by another
     order, or the order is below its minimum amount."""
 
-    code = "coupon_unusable"
+    code = ErrorCode.COUPON_UNUSABLE
 
 
 class IdempotencyKeyReused(Conflict):
     """The Idempotency-Key was used by this caller for a different request."""
 
-    code = "idempotency_key_reused"
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
 
 
 class IdempotencyKeyInUse(Conflict):
@@ -218,25 +229,25 @@ class IdempotencyKeyInUse(Conflict):
 class PaymentMismatch(DomainError):
     """The payment does not match what the order owes."""
 
-    code = "payment_mismatch"
+    code = ErrorCode.PAYMENT_MISMATCH
 
 
 class TimerNotWaiting(DomainError):
     """The timer is not waiting: a worker holds it, or it is done or cancelled."""
 
-    code = "timer_not_waiting"
+    code = ErrorCode.TIMER_NOT_WAITING
 
 
 class BackendError(DueflowError):
     """A backend failed."""
 
-    code = "backend_error"
+    code = ErrorCode.BACKEND_ERROR
 
 
 class BackendUnavailable(BackendError):
     """A backend cannot be reached."""
 
-    code = "backend_unavailable"
+    code = ErrorCode.BACKEND_UNAVAILABLE
 
 
 class DatabaseUnavailable(BackendUnavailable):
@@ -246,25 +257,25 @@ class DatabaseUnavailable(BackendUnavailable):
 class Busy(BackendError):
     """Busy: someone else holds the lock right now; try again."""
 
-    code = "busy"
+    code = ErrorCode.BUSY
 
 
 class DeliveryUnknown(BackendError):
     """The delivery was sent but not answered (a read timeout): it may have reached the receiver."""
 
-    code = "delivery_unknown"
+    code = ErrorCode.DELIVERY_UNKNOWN
 
 
 class ProviderError(DueflowError):
     """A payment provider failed."""
 
-    code = "provider_error"
+    code = ErrorCode.PROVIDER_ERROR
 
 
 class ProviderUnavailable(ProviderError):
     """The payment provider's answer is unknown; try again later."""
 
-    code = "provider_unavailable"
+    code = ErrorCode.PROVIDER_UNAVAILABLE
 
     def __init__(self, message: str | None = None, *, answered: bool = False) -> None:
         #: The provider (or a proxy in front of it) did answer, so the request is over and can
@@ -276,34 +287,34 @@ class ProviderUnavailable(ProviderError):
 class NotificationRejected(DueflowError):
     """The notification failed verification."""
 
-    code = "notification_rejected"
+    code = ErrorCode.NOTIFICATION_REJECTED
 
 
 class BadSignature(NotificationRejected):
     """The signature does not verify."""
 
-    code = "bad_signature"
+    code = ErrorCode.BAD_SIGNATURE
 
 
 class StaleTimestamp(NotificationRejected):
     """The signed timestamp is more than 5 minutes away from now."""
 
-    code = "stale_timestamp"
+    code = ErrorCode.STALE_TIMESTAMP
 
 
 class MalformedNotification(NotificationRejected):
     """The notification is malformed: a field is missing or unreadable."""
 
-    code = "malformed_notification"
+    code = ErrorCode.MALFORMED_NOTIFICATION
 
 
 class AmountMismatch(NotificationRejected):
     """The notified amount differs from the payment's amount."""
 
-    code = "amount_mismatch"
+    code = ErrorCode.AMOUNT_MISMATCH
 
 
 class WrongMerchant(NotificationRejected):
     """The notification is for another app, merchant or seller."""
 
-    code = "wrong_merchant"
+    code = ErrorCode.WRONG_MERCHANT

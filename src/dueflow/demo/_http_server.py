@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from dueflow.error_codes import ErrorCode
 from dueflow.exceptions import DomainError, DueflowError
 from dueflow.service.report import Invariants, Snapshot
 
@@ -23,7 +24,7 @@ from dueflow.service.report import Invariants, Snapshot
 class BadServer(DomainError):
     """The server cannot be used for the demo (unreachable, not dueflow, wrong admin token)."""
 
-    code = "bad_server"
+    code = ErrorCode.BAD_SERVER
 
 
 class Stale(Exception):
@@ -33,7 +34,7 @@ class Stale(Exception):
 class ServerLost(DueflowError):
     """The server stopped answering sensibly during the demo."""
 
-    code = "server_lost"
+    code = ErrorCode.SERVER_LOST
 
 
 class Refused(Exception):
