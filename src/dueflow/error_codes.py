@@ -72,7 +72,12 @@ class ErrorCode(StrEnum):
 
     # --- the request itself -------------------------------------------------------------------
     MALFORMED_JSON = "malformed_json", 400, FIX, "The body is not valid JSON."
-    BAD_REQUEST = "bad_request", 400, FIX, "The body cannot be read (not UTF-8 text, a broken form)."
+    BAD_REQUEST = (
+        "bad_request",
+        400,
+        FIX,
+        "The body cannot be read (not UTF-8 text, a broken form).",
+    )
     INVALID_INPUT = (
         "invalid_input",
         422,
@@ -80,6 +85,14 @@ class ErrorCode(StrEnum):
         "A value is missing, malformed or out of range, or a field is unknown; `field` names "
         "it (`body.lines[0].quantity`, `query.limit`, `path.order_id`, `header.Idempotency-Key`) "
         "where one field is at fault.",
+    )
+    UNSAFE_WEBHOOK_URL = (
+        "unsafe_webhook_url",
+        422,
+        FIX,
+        "A webhook endpoint's URL is not http(s) with a host, carries a user or password, does "
+        "not resolve, or is or resolves to a private, loopback, link-local or reserved address "
+        "(unless the deployment allows them); `field` names it.",
     )
     UNSTORABLE_VALUE = (
         "unstorable_value",
@@ -222,8 +235,15 @@ class ErrorCode(StrEnum):
         "idempotency_key_reused",
         409,
         FIX,
-        "The Idempotency-Key was used by this caller for a different request: a new request "
-        "takes a new key.",
+        "The Idempotency-Key was used by this caller for a different request (another route, "
+        "path or body) within 24 hours: a new request takes a new key.",
+    )
+    IDEMPOTENCY_KEY_IN_USE = (
+        "idempotency_key_in_use",
+        409,
+        RETRY,
+        "A request with this Idempotency-Key is still being answered (or died less than its "
+        "lease ago): send it again, with the same key, after a backoff.",
     )
     PAYMENT_MISMATCH = (
         "payment_mismatch",

@@ -104,7 +104,7 @@ class UnsafeURL(InvalidInput):
     link-local, unspecified, multicast or reserved one is refused unless
     DUEFLOW_WEBHOOK_ALLOW_PRIVATE is set)."""
 
-    code = "unsafe_webhook_url"
+    code = ErrorCode.UNSAFE_WEBHOOK_URL
 
 
 class Conflict(DomainError):
@@ -223,7 +223,7 @@ class IdempotencyKeyReused(Conflict):
 class IdempotencyKeyInUse(Conflict):
     """A request with this Idempotency-Key is still being answered; try again shortly."""
 
-    code = "idempotency_key_in_use"
+    code = ErrorCode.IDEMPOTENCY_KEY_IN_USE
 
 
 class PaymentMismatch(DomainError):

@@ -13,9 +13,10 @@ from pydantic import Field
 
 from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
-from dueflow.api.common import Body, Id, Limit, answer, resource
+from dueflow.api.common import WITH_BODY, WITH_PARAMS, Body, Id, Limit, answer, resource
 from dueflow.api.lists import NEXT_DESCRIPTION, After, PageLimit
 from dueflow.api.schemas import View, errors
+from dueflow.error_codes import ErrorCode
 from dueflow.service import accounts, lists, operations
 from dueflow.service.deps import Deps
 
@@ -115,11 +116,11 @@ class Summary(View):
 
 def router(deps: Deps) -> APIRouter:
     """The ``/api/admin`` routes over ``deps``, for admins only."""
-    routes = resource("/api/admin", auth.current_admin(deps), [401, 403, 413, 503], tag="admin")
+    routes = resource("/api/admin", auth.current_admin(deps), [ErrorCode.NOT_ALLOWED], tag="admin")
     keyed = idempotency.idempotent(deps)
 
     @routes.post(
-        "/users", status_code=201, response_model=UserCreated, responses=errors(400, 409, 422)
+        "/users", status_code=201, response_model=UserCreated, responses=errors(*WITH_BODY)
     )
     @keyed
     async def add_user(body: NewUser) -> JSONResponse:
@@ -129,7 +130,7 @@ def router(deps: Deps) -> APIRouter:
             {"id": user.id, "name": user.name, "admin": user.is_admin, "token": token}, 201
         )
 
-    @routes.get("/users", response_model=UserPage, responses=errors(422))
+    @routes.get("/users", response_model=UserPage, responses=errors(*WITH_PARAMS))
     async def list_users(
         after: After = None, limit: PageLimit = lists.DEFAULT_LIMIT
     ) -> JSONResponse:
@@ -138,13 +139,13 @@ def router(deps: Deps) -> APIRouter:
         page = await lists.users_list(deps, after=after, limit=limit)
         return answer({"items": page.items, "next": page.next})
 
-    @routes.get("/overdue", response_model=list[out.OverdueTimer], responses=errors(422))
+    @routes.get("/overdue", response_model=list[out.OverdueTimer], responses=errors(*WITH_PARAMS))
     async def overdue(limit: Limit = 100) -> JSONResponse:
         """Live timers past due by more than the scan grace, oldest first, with their order's
         status."""
         return answer(await operations.overdue_timers(deps, limit))
 
-    @routes.get("/timers", response_model=list[out.TimerView], responses=errors(422))
+    @routes.get("/timers", response_model=list[out.TimerView], responses=errors(*WITH_PARAMS))
     async def timers(
         state: Literal["stuck", "scheduled", "claimed", "done", "cancelled", "parked"] = "stuck",
         limit: Limit = 100,
@@ -155,7 +156,7 @@ def router(deps: Deps) -> APIRouter:
     @routes.post(
         "/timers/{timer_id}/run-now",
         response_model=out.TimerView,
-        responses=errors(404, 409, 422),
+        responses=errors(*WITH_PARAMS, ErrorCode.NOT_FOUND, ErrorCode.TIMER_NOT_WAITING),
     )
     @keyed
     async def run_now(timer_id: Id, request: Request) -> JSONResponse:
@@ -170,7 +171,9 @@ def router(deps: Deps) -> APIRouter:
         discrepancies, timer lateness over the last hour by kind, and the invariants."""
         return answer(await operations.summary(deps))
 
-    @routes.get("/discrepancies", response_model=list[DiscrepancyView], responses=errors(422))
+    @routes.get(
+        "/discrepancies", response_model=list[DiscrepancyView], responses=errors(*WITH_PARAMS)
+    )
     async def discrepancies(limit: Limit = 100) -> JSONResponse:
         """Recorded payment discrepancies, newest first."""
         return answer(await operations.discrepancies(deps, limit))

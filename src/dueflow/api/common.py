@@ -17,7 +17,8 @@ from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from dueflow.api.schemas import errors
+from dueflow.api.schemas import codes_in, errors, is_error
+from dueflow.error_codes import ErrorCode
 
 #: Ids are positive 64-bit integers; anything else is refused before it reaches the database.
 MAX_ID = 2**63 - 1
@@ -25,27 +26,78 @@ Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=1000, description="at most this many rows")]
 
 
-#: What :func:`~dueflow.api.auth.current_user` and ``current_admin`` may answer themselves.
-GUARD_STATUSES = (400, 401, 403, 422)
+#: What every /api route can answer (each is behind :mod:`~dueflow.api.auth`'s guard): no
+#: valid credential (none, unknown, revoked, expired), a service key without the route's scope,
+#: a personal token sending Dueflow-Act-As, a malformed Dueflow-Act-As (``field`` names the
+#: header), a body over the limit, the database locked or unreachable, a bug. (Not per use case:
+#: any request can meet them.)
+EVERY_ROUTE = (
+    ErrorCode.UNAUTHORIZED,
+    ErrorCode.MISSING_SCOPE,
+    ErrorCode.ACT_AS_NOT_ALLOWED,
+    ErrorCode.INVALID_INPUT,
+    ErrorCode.BODY_TOO_LARGE,
+    ErrorCode.BUSY,
+    ErrorCode.BACKEND_UNAVAILABLE,
+    ErrorCode.INTERNAL_ERROR,
+)
+#: What a route for a user adds (behind :func:`~dueflow.api.auth.current_user`): a service key
+#: acting for nobody.
+FOR_A_USER = (ErrorCode.ACT_AS_REQUIRED,)
+#: What a route with path or query parameters adds.
+WITH_PARAMS = (ErrorCode.INVALID_INPUT,)
+#: What a route with a JSON body adds: not JSON (or not even UTF-8 text: ``bad_request``), a
+#: field invalid, and what the database can refuse of a write (a value it cannot hold, a
+#: constraint).
+WITH_BODY = (
+    ErrorCode.MALFORMED_JSON,
+    ErrorCode.BAD_REQUEST,
+    ErrorCode.INVALID_INPUT,
+    ErrorCode.UNSTORABLE_VALUE,
+    ErrorCode.CONFLICT,
+)
+
+#: What a route taking an ``Idempotency-Key`` adds (:mod:`~dueflow.api.idempotency`'s decorator
+#: declares them on each route it keys): the key used for another request, or its first request
+#: still running.
+KEYED = (ErrorCode.IDEMPOTENCY_KEY_REUSED, ErrorCode.IDEMPOTENCY_KEY_IN_USE)
+
+#: The attribute of an endpoint naming codes a decorator adds to what the route declares.
+ADDED_CODES = "error_codes"
+
+
+class _Router(APIRouter):
+    """A router whose routes' error answers hold the router's codes, their own and those a
+    decorator of the endpoint added (:data:`ADDED_CODES`), status by status (FastAPI would let
+    a route's answer of a status replace the router's); a route's other answers stay as they
+    are."""
+
+    def add_api_route(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        own = kwargs.pop("responses", None) or {}
+        added = getattr(endpoint, ADDED_CODES, ())
+        kwargs["responses"] = {
+            **{status: meant for status, meant in own.items() if not is_error(meant)},
+            **errors(*codes_in(self.responses), *codes_in(own), *added),
+        }
+        super().add_api_route(path, endpoint, **kwargs)
 
 
 def resource(
     prefix: str,
     guard: Callable[..., Any],
-    statuses: Sequence[int],
+    codes: Sequence[ErrorCode] = (),
     tag: str | None = None,
 ) -> APIRouter:
     """The router of a resource: its routes under ``prefix``, each behind ``guard`` (who may
-    call: :func:`~dueflow.api.auth.current_user` with its scope, or ``current_admin``), documented with the
-    error answers of ``statuses`` (:func:`~dueflow.api.schemas.errors`), grouped under ``tag``
-    in the OpenAPI document."""
-    return APIRouter(
+    call: :func:`~dueflow.api.auth.current_user` with its scope, whose routers add
+    :data:`FOR_A_USER` to ``codes``, or ``current_admin``), documented with the error answers of
+    :data:`EVERY_ROUTE` and ``codes`` besides their own (:func:`~dueflow.api.schemas.errors`),
+    grouped under ``tag`` in the OpenAPI document."""
+    return _Router(
         prefix=prefix,
         tags=[tag] if tag else None,
         dependencies=[Depends(guard)],
-        # Every guarded route may refuse a key acting for nobody (400), a credential (401), a
-        # scope (403) and a malformed Dueflow-Act-As (422).
-        responses=errors(*sorted({*statuses, *GUARD_STATUSES})),
+        responses=errors(*EVERY_ROUTE, *codes),
     )
 
 

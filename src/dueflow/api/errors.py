@@ -1,9 +1,11 @@
-"""The one place where errors become HTTP answers: ``{"error": {"code", "message"}}``.
+"""The one place where errors become HTTP answers: ``{"error": {"code", "message", "field"}}``.
 
-Every :class:`~dueflow.exceptions.DueflowError` maps to a status by its class (the most specific
-entry of :data:`STATUS` wins), FastAPI's validation errors become 422 (400 for a body that is not
-JSON at all), Starlette's own HTTP errors keep their status in the same shape, and a body over
-:data:`MAX_BODY` bytes is refused with 413 before it is read whole.
+Every :class:`~dueflow.exceptions.DueflowError` is answered with its code and the status the
+code has in :mod:`dueflow.error_codes`; FastAPI's validation errors become 422 ``invalid_input``
+naming the field (400 ``malformed_json`` for a body that is not JSON at all), and so does an
+:class:`~dueflow.exceptions.InvalidInput` that names one (:func:`located`); Starlette's own HTTP
+errors keep their status in the same shape (:data:`~dueflow.error_codes.FOR_HTTP_STATUS`), and a
+body over :data:`MAX_BODY` bytes is refused with 413 before it is read whole.
 
 What went wrong inside a backend is the operators' business, not the client's: a backend that
 cannot be reached (and any other 5xx of ours) is answered with its class's generic message (an
@@ -17,77 +19,66 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dueflow import exceptions as errors
 from dueflow import logs
 from dueflow.api.schemas import ErrorBody, ErrorDetail
+from dueflow.error_codes import FOR_HTTP_STATUS, ErrorCode
 
 log = logging.getLogger(__name__)
 
 #: The largest request body the JSON API accepts.
 MAX_BODY = 64 * 1024
 
-#: Status by error class; looked up along the class's MRO, so subclasses inherit.
-STATUS: dict[type[errors.DueflowError], int] = {
-    errors.DueflowError: 500,
-    errors.ConfigError: 500,
-    errors.DomainError: 400,
-    errors.InvalidInput: 422,
-    errors.Conflict: 409,
-    errors.NotFound: 404,
-    errors.NotAllowed: 403,
-    errors.NotYourRole: 403,
-    errors.Unauthenticated: 401,
-    errors.MissingScope: 403,
-    errors.ActAsRequired: 400,
-    errors.ActAsNotAllowed: 403,
-    errors.InvalidTransition: 409,
-    errors.GoodsUnavailable: 409,
-    errors.SeatLimitExceeded: 409,
-    errors.SalesClosed: 409,
-    errors.CouponUnusable: 409,
-    errors.PaymentMismatch: 409,
-    errors.TimerNotWaiting: 409,
-    errors.BackendError: 503,
-    errors.BackendUnavailable: 503,
-    errors.Busy: 409,
-    errors.ProviderError: 502,
-    errors.ProviderUnavailable: 503,
-    errors.NotificationRejected: 400,
-}
-
-#: Codes for errors Starlette raises itself (unknown route, wrong method, missing token ...).
-HTTP_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "body_too_large",
-}
-
 #: An order's own routes: "not yours" there is answered as "no such order" (nothing leaks).
 ORDER_PATH = re.compile(r"^/api/orders/(?P<order_id>[^/]+)")
 
 
-def error_body(code: str, message: str) -> dict[str, Any]:
+def error_body(code: ErrorCode, message: str, field: str | None = None) -> dict[str, Any]:
     """The error JSON, as :class:`~dueflow.api.schemas.ErrorBody` documents it."""
-    return ErrorBody(error=ErrorDetail(code=code, message=message)).model_dump()
+    return ErrorBody(error=ErrorDetail(code=code, message=message, field=field)).model_dump()
 
 
 def status_of(exc: errors.DueflowError) -> int:
-    """The HTTP status for ``exc``: its nearest class in :data:`STATUS`."""
-    for cls in type(exc).__mro__:
-        if cls in STATUS:
-            return STATUS[cls]
-    return 500
+    """The HTTP status for ``exc``: its code's (:mod:`dueflow.error_codes`); 500 for a code no
+    HTTP answer carries."""
+    return exc.code.status or 500
+
+
+def field_path(loc: Sequence[int | str]) -> str:
+    """A validation error's location as ``error.field`` names it: ``body.lines[0].quantity``."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path
+
+
+def located(request: Request, field: str) -> str:
+    """A field a use case named (``lines[0].quantity``, ``after``) with where the route takes
+    it: ``path.``, ``query.`` or ``header.`` when it has such a parameter, else ``body.`` when
+    it has a body."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return field
+    name = re.split(r"[.\[]", field, maxsplit=1)[0]
+    found = route.dependant
+    for where, params in (
+        ("path", found.path_params),
+        ("query", found.query_params),
+        ("header", found.header_params),
+    ):
+        if any(p.alias == name for p in params):
+            return f"{where}.{field}"
+    return f"body.{field}" if route.body_field is not None else field
 
 
 def public_message(exc: errors.DueflowError) -> str:
@@ -117,7 +108,7 @@ async def dueflow_error(request: Request, exc: Exception) -> JSONResponse:
     hidden = _hides_order(request, exc)
     if hidden is not None:
         missing = errors.NotFound(f"no order {hidden['order_id']}")
-        return JSONResponse(error_body(missing.code, missing.message), 404)
+        return JSONResponse(error_body(missing.code, missing.message), status_of(missing))
     status = status_of(exc)
     message = public_message(exc)
     if message != exc.message:
@@ -132,32 +123,39 @@ async def dueflow_error(request: Request, exc: Exception) -> JSONResponse:
             status,
             exc.message,
         )
+    field = getattr(exc, "field", None)
+    located_field = located(request, field) if field else None
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(error_body(exc.code, message), status, headers=headers)
+    return JSONResponse(error_body(exc.code, message, located_field), status, headers=headers)
 
 
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     """Anything else as a 500 in the error JSON; the exception is logged by the server."""
-    return JSONResponse(error_body("internal_error", "internal error"), 500)
+    code = ErrorCode.INTERNAL_ERROR
+    return JSONResponse(error_body(code, "internal error"), code.status or 500)
 
 
 async def validation_error(request: Request, exc: Exception) -> JSONResponse:
-    """422 naming each bad field; 400 when the body is not JSON at all."""
+    """422 naming each bad field in the message and the first in ``field``; 400 when the body
+    is not JSON at all."""
     assert isinstance(exc, RequestValidationError)
     problems = exc.errors()
     if any(p.get("type") == "json_invalid" for p in problems):
-        return JSONResponse(error_body("malformed_json", "the body is not valid JSON"), 400)
+        bad = ErrorCode.MALFORMED_JSON
+        return JSONResponse(error_body(bad, "the body is not valid JSON"), bad.status or 400)
+    paths = [field_path(p.get("loc", ())) for p in problems]
     message = "; ".join(
-        f"{'.'.join(str(part) for part in p.get('loc', ()))}: {p.get('msg', 'invalid')}"
-        for p in problems
+        f"{path}: {p.get('msg', 'invalid')}" for path, p in zip(paths, problems, strict=True)
     )
-    return JSONResponse(error_body(errors.InvalidInput.code, message or "invalid input"), 422)
+    code = errors.InvalidInput.code
+    field = paths[0] if paths and paths[0] else None
+    return JSONResponse(error_body(code, message or "invalid input", field), code.status or 422)
 
 
 async def http_error(request: Request, exc: Exception) -> JSONResponse:
     """Starlette's own errors (404 route, 405, 401 from auth, 413) in the same shape."""
     assert isinstance(exc, HTTPException)
-    code = HTTP_CODES.get(exc.status_code, "http_error")
+    code = FOR_HTTP_STATUS.get(exc.status_code, ErrorCode.HTTP_ERROR)
     return JSONResponse(
         error_body(code, str(exc.detail)), exc.status_code, headers=dict(exc.headers or {})
     )
@@ -198,7 +196,7 @@ class BodyLimit:
         return f"the body is over {self.limit // 1024} KiB"
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps(error_body(HTTP_CODES[413], self._message())).encode()
+        body = json.dumps(error_body(ErrorCode.BODY_TOO_LARGE, self._message())).encode()
         await send(
             {
                 "type": "http.response.start",

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
-from dueflow.api.common import answer, resource
+from dueflow.api.common import FOR_A_USER, WITH_PARAMS, answer, resource
 from dueflow.api.schemas import (
     LineView,
     OrderListItem,
@@ -26,6 +26,7 @@ from dueflow.api.schemas import (
     RefundView,
     TicketView,
     View,
+    errors,
 )
 from dueflow.domain.events import EventType
 from dueflow.exceptions import InvalidInput
@@ -146,11 +147,9 @@ After = Annotated[
 
 def router(deps: Deps) -> APIRouter:
     """The feed's route over ``deps``."""
-    routes = resource(
-        "/api/events", auth.current_user(deps, "events"), [401, 413, 422, 503], tag="events"
-    )
+    routes = resource("/api/events", auth.current_user(deps, "events"), FOR_A_USER, tag="events")
 
-    @routes.get("", response_model=EventPage)
+    @routes.get("", response_model=EventPage, responses=errors(*WITH_PARAMS))
     async def feed(
         request: Request, after: After = None, limit: Limit = DEFAULT_LIMIT
     ) -> JSONResponse:

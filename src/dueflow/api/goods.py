@@ -12,8 +12,9 @@ from pydantic import Field
 
 from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
-from dueflow.api.common import Body, Id, answer, resource
+from dueflow.api.common import FOR_A_USER, WITH_BODY, WITH_PARAMS, Body, Id, answer, resource
 from dueflow.api.schemas import Money, View, errors
+from dueflow.error_codes import ErrorCode
 from dueflow.service import accounts
 from dueflow.service.deps import Deps
 
@@ -42,12 +43,10 @@ class GoodsView(View):
 
 def router(deps: Deps) -> APIRouter:
     """The ``/api/goods`` routes over ``deps``."""
-    routes = resource(
-        "/api/goods", auth.current_user(deps, "catalog"), [401, 413, 422, 503], tag="goods"
-    )
+    routes = resource("/api/goods", auth.current_user(deps, "catalog"), FOR_A_USER, tag="goods")
     keyed = idempotency.idempotent(deps)
 
-    @routes.post("", status_code=201, response_model=GoodsView, responses=errors(400, 409))
+    @routes.post("", status_code=201, response_model=GoodsView, responses=errors(*WITH_BODY))
     @keyed
     async def add_goods(body: NewGoods, request: Request) -> JSONResponse:
         """Put goods on sale as the caller."""
@@ -57,7 +56,9 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer(await accounts.get_goods(deps, goods_id), 201)
 
-    @routes.get("/{goods_id}", response_model=GoodsView, responses=errors(404))
+    @routes.get(
+        "/{goods_id}", response_model=GoodsView, responses=errors(*WITH_PARAMS, ErrorCode.NOT_FOUND)
+    )
     async def get_goods(goods_id: Id) -> JSONResponse:
         """Goods by id."""
         return answer(await accounts.get_goods(deps, goods_id))

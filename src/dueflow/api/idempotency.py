@@ -3,12 +3,13 @@ into (placing keeps its own way, in its transaction: :mod:`dueflow.api.orders`):
 
     keyed = idempotency.idempotent(deps)
 
-    @routes.post("/{order_id}/cancel", response_model=OrderView, responses=errors(403, 409))
+    @routes.post("/{order_id}/cancel", response_model=OrderView, responses=errors(*MOVE))
     @keyed
     async def cancel(order_id: Id, request: Request) -> JSONResponse: ...
 
-The decorator adds the optional header to the route (so the OpenAPI document declares it) and,
-when a request carries it, claims the key for the caller's request before the route runs
+The decorator adds the optional header to the route and its two 409 codes to the route's error
+answers (:data:`~dueflow.api.common.KEYED`; the OpenAPI document declares both) and, when a
+request carries it, claims the key for the caller's request before the route runs
 (:func:`dueflow.service.replays.claim`): the same key and request within 24 h answers the first
 answer again, byte for byte (with ``Idempotent-Replayed: true``); the key with another request
 (another route, path or body) is a 409 ``idempotency_key_reused``; a repeat while the first still
@@ -31,7 +32,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from dueflow.api import auth
-from dueflow.api.common import encode
+from dueflow.api.common import ADDED_CODES, KEYED, encode
 from dueflow.exceptions import BackendError, InvalidInput
 from dueflow.service import replays
 from dueflow.service.deps import Deps
@@ -154,6 +155,7 @@ def idempotent(deps: Deps, *, withheld: tuple[str, ...] = ()) -> Callable[[Endpo
             return response
 
         keyed.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        setattr(keyed, ADDED_CODES, KEYED)
         return keyed  # type: ignore[return-value]
 
     return decorate

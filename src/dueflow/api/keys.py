@@ -14,9 +14,10 @@ from pydantic import Field
 
 from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
-from dueflow.api.common import Body, Id, answer, resource
+from dueflow.api.common import WITH_BODY, WITH_PARAMS, Body, Id, answer, resource
 from dueflow.api.lists import NEXT_DESCRIPTION, After, PageLimit
 from dueflow.api.schemas import View, errors
+from dueflow.error_codes import ErrorCode
 from dueflow.service import keys, lists
 from dueflow.service.deps import Deps
 
@@ -65,12 +66,15 @@ class KeyPage(View):
 def router(deps: Deps) -> APIRouter:
     """The ``/api/admin/keys`` routes over ``deps``."""
     routes = resource(
-        "/api/admin/keys", auth.current_admin(deps), [401, 403, 413, 503], tag="admin"
+        "/api/admin/keys", auth.current_admin(deps), [ErrorCode.NOT_ALLOWED], tag="admin"
     )
     keyed = idempotency.idempotent(deps)
     withheld = idempotency.idempotent(deps, withheld=("secret",))
+    # Rotating or revoking a key that is revoked (or expired) already is a 409 ``conflict``.
+    one = errors(*WITH_PARAMS, ErrorCode.NOT_FOUND)
+    changed = errors(*WITH_PARAMS, ErrorCode.NOT_FOUND, ErrorCode.CONFLICT)
 
-    @routes.post("", status_code=201, response_model=KeyMade, responses=errors(409))
+    @routes.post("", status_code=201, response_model=KeyMade, responses=errors(*WITH_BODY))
     @withheld
     async def add_key(body: NewKey, request: Request) -> JSONResponse:
         """Make a key; its secret is in this answer only."""
@@ -83,7 +87,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer({**made, "secret": secret}, 201)
 
-    @routes.get("", response_model=KeyPage)
+    @routes.get("", response_model=KeyPage, responses=errors(*WITH_PARAMS))
     async def list_keys(
         after: After = None, limit: PageLimit = lists.DEFAULT_LIMIT
     ) -> JSONResponse:
@@ -91,14 +95,12 @@ def router(deps: Deps) -> APIRouter:
         page = await keys.keys_page(deps, after=after, limit=limit)
         return answer({"items": page.items, "next": page.next})
 
-    @routes.get("/{key_id}", response_model=KeyView, responses=errors(404))
+    @routes.get("/{key_id}", response_model=KeyView, responses=one)
     async def get_key(key_id: Id) -> JSONResponse:
         """One key (never its secret)."""
         return answer(await keys.get_key(deps, key_id))
 
-    @routes.post(
-        "/{key_id}/rotate", status_code=201, response_model=KeyMade, responses=errors(404, 409)
-    )
+    @routes.post("/{key_id}/rotate", status_code=201, response_model=KeyMade, responses=changed)
     @withheld
     async def rotate(key_id: Id, request: Request) -> JSONResponse:
         """A new key (and secret) replacing this one, with its name, scopes and expiry; this one
@@ -106,7 +108,7 @@ def router(deps: Deps) -> APIRouter:
         made, secret = await keys.rotate(deps, key_id, by=auth.actor(request))
         return answer({**made, "secret": secret}, 201)
 
-    @routes.post("/{key_id}/revoke", response_model=KeyView, responses=errors(404, 409))
+    @routes.post("/{key_id}/revoke", response_model=KeyView, responses=changed)
     @keyed
     async def revoke(key_id: Id, request: Request) -> JSONResponse:
         """Revoke the key: its next request is refused (401). 409 when revoked already."""

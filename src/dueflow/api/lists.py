@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth
-from dueflow.api.common import MAX_ID, answer, resource
+from dueflow.api.common import FOR_A_USER, MAX_ID, WITH_PARAMS, answer, resource
 from dueflow.api.goods import GoodsView
 from dueflow.api.schemas import OrderListItem, View, errors
 from dueflow.api.shop import CouponTemplateView, CouponView, FlashSaleView, SkuView
@@ -146,10 +146,10 @@ def _page(page: lists.Page) -> JSONResponse:
 def router(deps: Deps) -> APIRouter:
     """The list routes over ``deps``; every one is for a user: goods need the ``catalog`` scope,
     orders and the caller the ``orders`` scope."""
-    api = resource("/api", auth.current_user(deps, "catalog"), [401, 413, 503])
-    own = resource("/api", auth.current_user(deps, "orders"), [401, 413, 503])
+    api = resource("/api", auth.current_user(deps, "catalog"), FOR_A_USER)
+    own = resource("/api", auth.current_user(deps, "orders"), FOR_A_USER)
 
-    @api.get("/goods", tags=["goods"], response_model=GoodsPage, responses=errors(422))
+    @api.get("/goods", tags=["goods"], response_model=GoodsPage, responses=errors(*WITH_PARAMS))
     async def list_goods(
         request: Request,
         seller_id: SellerId = None,
@@ -163,7 +163,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return _page(page)
 
-    @own.get("/orders", tags=["orders"], response_model=OrderPage, responses=errors(422))
+    @own.get("/orders", tags=["orders"], response_model=OrderPage, responses=errors(*WITH_PARAMS))
     async def list_orders(
         request: Request,
         role: Literal["buyer", "seller"] = "buyer",
@@ -185,7 +185,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return _page(page)
 
-    @api.get("/skus", tags=["shop"], response_model=SkuPage, responses=errors(422))
+    @api.get("/skus", tags=["shop"], response_model=SkuPage, responses=errors(*WITH_PARAMS))
     async def list_skus(
         seller_id: OwnedBy = None, after: After = None, limit: PageLimit = lists.DEFAULT_LIMIT
     ) -> JSONResponse:
@@ -193,7 +193,7 @@ def router(deps: Deps) -> APIRouter:
         it (every signed-in user reads every SKU)."""
         return _page(await lists.skus_list(deps, seller_id=seller_id, after=after, limit=limit))
 
-    @api.get("/shows", tags=["shows"], response_model=ShowPage, responses=errors(422))
+    @api.get("/shows", tags=["shows"], response_model=ShowPage, responses=errors(*WITH_PARAMS))
     async def list_shows(
         organizer_id: OrganizedBy = None,
         status: Literal["on_sale", "cancelled"] | None = None,
@@ -207,7 +207,9 @@ def router(deps: Deps) -> APIRouter:
         )
         return _page(page)
 
-    @api.get("/flash-sales", tags=["shop"], response_model=FlashSalePage, responses=errors(422))
+    @api.get(
+        "/flash-sales", tags=["shop"], response_model=FlashSalePage, responses=errors(*WITH_PARAMS)
+    )
     async def list_flash_sales(
         seller_id: OwnedBy = None,
         sku_id: OfSku = None,
@@ -225,7 +227,7 @@ def router(deps: Deps) -> APIRouter:
         "/coupon-templates",
         tags=["shop"],
         response_model=CouponTemplatePage,
-        responses=errors(422),
+        responses=errors(*WITH_PARAMS),
     )
     async def list_templates(
         seller_id: OwnedBy = None, after: After = None, limit: PageLimit = lists.DEFAULT_LIMIT
@@ -234,7 +236,9 @@ def router(deps: Deps) -> APIRouter:
         page = await lists.templates_list(deps, seller_id=seller_id, after=after, limit=limit)
         return _page(page)
 
-    @api.get("/me/coupons", tags=["shop"], response_model=CouponList, responses=errors(422))
+    @api.get(
+        "/me/coupons", tags=["shop"], response_model=CouponList, responses=errors(*WITH_PARAMS)
+    )
     async def my_coupons(
         request: Request, after: After = None, limit: PageLimit = lists.MAX_LIMIT
     ) -> JSONResponse:

@@ -19,7 +19,7 @@ def failure_status(receipt: notifications.Receipt) -> int:
     if receipt.outcome == "rejected":
         return 400
     if receipt.outcome == "busy":
-        return errors.STATUS[exceptions.Busy]
+        return errors.status_of(exceptions.Busy())
     return 500
 
 

@@ -15,8 +15,20 @@ from pydantic import Field, model_validator
 
 from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
-from dueflow.api.common import MAX_ID, Body, Id, answer, encode, resource
+from dueflow.api.common import (
+    FOR_A_USER,
+    KEYED,
+    MAX_ID,
+    WITH_BODY,
+    WITH_PARAMS,
+    Body,
+    Id,
+    answer,
+    encode,
+    resource,
+)
 from dueflow.api.schemas import OrderView, View, errors
+from dueflow.error_codes import ErrorCode
 from dueflow.exceptions import DomainError, NotAllowed
 from dueflow.service import orders, parties, payments, replays, shop, tickets
 from dueflow.service.accounts import User
@@ -171,21 +183,35 @@ async def _place(deps: Deps, user: User, body: NewOrder, key: replays.Key | None
     )
 
 
+#: What placing can answer besides a bad body: what it buys missing, held, sold, out of stock or
+#: past a limit, sales closed, the coupon unusable or not the buyer's, one's own goods, and the
+#: Idempotency-Key's (it keeps its own, in its transaction).
+PLACING = (
+    *WITH_BODY,
+    ErrorCode.NOT_ALLOWED,
+    ErrorCode.GOODS_UNAVAILABLE,
+    ErrorCode.SEAT_UNAVAILABLE,
+    ErrorCode.OUT_OF_STOCK,
+    ErrorCode.SEAT_LIMIT_EXCEEDED,
+    ErrorCode.PURCHASE_LIMIT_EXCEEDED,
+    ErrorCode.SALES_CLOSED,
+    ErrorCode.COUPON_UNUSABLE,
+    *KEYED,
+)
+#: What every move of an order's party can answer: the order's status does not allow it, and
+#: (to an admin who is not its party; anyone else is told 404) not yours.
+MOVE = (*WITH_PARAMS, ErrorCode.INVALID_TRANSITION, ErrorCode.NOT_ALLOWED)
+
+
 def router(deps: Deps) -> APIRouter:
     """The ``/api/orders`` routes over ``deps``."""
-    routes = resource(
-        "/api/orders", auth.current_user(deps, "orders"), [401, 404, 413, 422, 503], tag="orders"
-    )
+    codes = [*FOR_A_USER, ErrorCode.NOT_FOUND]
+    routes = resource("/api/orders", auth.current_user(deps, "orders"), codes, tag="orders")
     # Starting a payment is the one order route of the ``payments`` scope.
-    paying = resource(
-        "/api/orders",
-        auth.current_user(deps, "payments"),
-        [401, 404, 413, 422, 503],
-        tag="orders",
-    )
+    paying = resource("/api/orders", auth.current_user(deps, "payments"), codes, tag="orders")
     keyed = idempotency.idempotent(deps)
 
-    @routes.post("", status_code=201, response_model=OrderView, responses=errors(400, 403, 409))
+    @routes.post("", status_code=201, response_model=OrderView, responses=errors(*PLACING))
     async def place_order(
         body: NewOrder,
         request: Request,
@@ -220,7 +246,7 @@ def router(deps: Deps) -> APIRouter:
         text = kept.body if kept.body is not None else encode(for_parties(view))
         return Response(text, status_code=201, media_type="application/json")
 
-    @routes.get("/{order_id}", response_model=OrderView)
+    @routes.get("/{order_id}", response_model=OrderView, responses=errors(*WITH_PARAMS))
     async def get_order(order_id: Id, request: Request) -> JSONResponse:
         """The order with its payments, refunds, reviews, timers and timeline; only its buyer,
         its seller and admins see it (everyone else gets 404)."""
@@ -234,7 +260,14 @@ def router(deps: Deps) -> APIRouter:
         "/{order_id}/payments",
         status_code=201,
         response_model=PaymentStarted,
-        responses=errors(400, 403, 409, 502),
+        responses=errors(
+            *MOVE,
+            *WITH_BODY,
+            ErrorCode.NOT_YOUR_ROLE,
+            ErrorCode.SALES_CLOSED,
+            ErrorCode.PROVIDER_ERROR,
+            ErrorCode.PROVIDER_UNAVAILABLE,
+        ),
     )
     @keyed
     async def start_payment(order_id: Id, body: NewPayment, request: Request) -> JSONResponse:
@@ -249,7 +282,11 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer({"pay_no": pay_no, "pay_url": pay_url}, 201)
 
-    @routes.post("/{order_id}/cancel", response_model=OrderView, responses=errors(403, 409))
+    @routes.post(
+        "/{order_id}/cancel",
+        response_model=OrderView,
+        responses=errors(*MOVE, ErrorCode.PROVIDER_UNAVAILABLE, ErrorCode.PAYMENT_MISMATCH),
+    )
     @keyed
     async def cancel(order_id: Id, request: Request) -> JSONResponse:
         """The buyer cancels before paying; the seller cancels before shipping (a refund
@@ -258,7 +295,11 @@ def router(deps: Deps) -> APIRouter:
         await parties.cancel(deps, order_id=order_id, user_id=user.id)
         return answer(for_parties(await orders.order_view(deps, order_id)))
 
-    @routes.post("/{order_id}/ship", response_model=OrderView, responses=errors(400, 403, 409))
+    @routes.post(
+        "/{order_id}/ship",
+        response_model=OrderView,
+        responses=errors(*MOVE, *WITH_BODY, ErrorCode.NOT_YOUR_ROLE),
+    )
     @keyed
     async def ship(order_id: Id, body: Shipment, request: Request) -> JSONResponse:
         """The seller ships."""
@@ -273,7 +314,9 @@ def router(deps: Deps) -> APIRouter:
         return answer(for_parties(await orders.order_view(deps, order_id)))
 
     @routes.post(
-        "/{order_id}/confirm-receipt", response_model=OrderView, responses=errors(403, 409)
+        "/{order_id}/confirm-receipt",
+        response_model=OrderView,
+        responses=errors(*MOVE, ErrorCode.NOT_YOUR_ROLE),
     )
     @keyed
     async def confirm_receipt(order_id: Id, request: Request) -> JSONResponse:
@@ -286,7 +329,7 @@ def router(deps: Deps) -> APIRouter:
         "/{order_id}/reviews",
         status_code=201,
         response_model=ReviewAnswer,
-        responses=errors(400, 403, 409),
+        responses=errors(*MOVE, *WITH_BODY),
     )
     @keyed
     async def review(order_id: Id, body: NewReview, request: Request) -> JSONResponse:

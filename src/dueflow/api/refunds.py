@@ -12,9 +12,10 @@ from pydantic import Field
 
 from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
-from dueflow.api.common import Body, Id, Limit, answer, resource
+from dueflow.api.common import WITH_BODY, WITH_PARAMS, Body, Id, Limit, answer, resource
 from dueflow.api.lists import After
-from dueflow.api.schemas import Money, RefundView, View, errors
+from dueflow.api.schemas import Money, RefundView, View, codes_in, errors
+from dueflow.error_codes import ErrorCode
 from dueflow.service import lists, refunds
 from dueflow.service.deps import Deps
 
@@ -62,7 +63,7 @@ class RefundState(View):
 def router(deps: Deps) -> APIRouter:
     """The refund routes over ``deps``, for admins only."""
     api = resource(
-        "/api/admin/refunds", auth.current_admin(deps), [401, 403, 413, 503], tag="admin"
+        "/api/admin/refunds", auth.current_admin(deps), [ErrorCode.NOT_ALLOWED], tag="admin"
     )
     keyed = idempotency.idempotent(deps)
 
@@ -72,7 +73,7 @@ def router(deps: Deps) -> APIRouter:
     @api.get(
         "",
         response_model=list[RefundListItem],
-        responses={**errors(422), 200: {"headers": {"Link": NEXT_LINK}}},
+        responses={**errors(*WITH_PARAMS), 200: {"headers": {"Link": NEXT_LINK}}},
         response_description="a page of refunds; the next page's address in the Link header",
     )
     async def list_refunds(
@@ -92,8 +93,9 @@ def router(deps: Deps) -> APIRouter:
             sent.headers["Link"] = f'<{following.path}?{following.query}>; rel="next"'
         return sent
 
-    moved = errors(404, 409, 422)
-    noted = errors(400, 404, 409, 422)  # with a body: 400 when it is not JSON
+    moved = errors(*WITH_PARAMS, ErrorCode.NOT_FOUND, ErrorCode.INVALID_TRANSITION)
+    # Closing one asks the provider first whether it was paid back meanwhile.
+    noted = errors(*codes_in(moved), *WITH_BODY, ErrorCode.PROVIDER_UNAVAILABLE)
 
     @api.post("/{refund_id}/approve", response_model=RefundState, responses=moved)
     @keyed

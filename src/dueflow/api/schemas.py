@@ -22,7 +22,9 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
+from dueflow import error_codes
 from dueflow.domain import text, times
+from dueflow.error_codes import ErrorCode
 
 #: Yuan as exact decimal text with two places.
 Money = Annotated[
@@ -65,11 +67,32 @@ class View(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ErrorDetail(View):
-    """What went wrong: a stable machine code and a message for people."""
+#: The codes an HTTP answer can carry, as the schema's enum (the registry's other codes are
+#: only raised inside dueflow's own processes).
+API_CODES = [code for code in ErrorCode if code.status is not None]
 
-    code: str = Field(examples=["not_found"])
+
+class ErrorDetail(View):
+    """What went wrong: a stable machine code (docs/errors.md says what each means and what to
+    do), a message for people, and the field at fault when one is."""
+
+    code: Annotated[
+        ErrorCode,
+        WithJsonSchema(
+            {
+                "type": "string",
+                "enum": [str(code) for code in API_CODES],
+                "title": "ErrorCode",
+                "description": "docs/errors.md: when each happens, what a client should do",
+            }
+        ),
+    ] = Field(examples=["not_found"])
     message: str = Field(examples=["no order 7"])
+    field: str | None = Field(
+        examples=["body.lines[0].quantity"],
+        description="the input at fault, where it is (body., query., path., header.); "
+        "null when no one field is",
+    )
 
 
 class ErrorBody(View):
@@ -268,14 +291,55 @@ ERROR_MEANING = {
     404: "No such thing (someone else's order looks missing too)",
     409: "Conflict with the current state (held, sold, busy, wrong status)",
     413: "The body is over the size limit",
-    422: "Invalid input: unknown fields, wrong types, values out of range",
+    422: "Invalid input: unknown fields, wrong types, values out of range (`field` names it)",
+    500: "A fault of the server's",
     502: "The payment provider answered with an error",
     503: "The database or the payment provider is unavailable",
 }
 
+_ERROR_REF = "#/components/schemas/ErrorBody"
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """``responses=`` documenting ``statuses`` as :class:`ErrorBody` answers."""
+
+def errors(*codes: ErrorCode) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` documenting the error answers carrying ``codes``: one per status, an
+    :class:`ErrorBody` whose ``code`` is one of that status's codes here."""
+    statuses: dict[int, list[ErrorCode]] = {}
+    for code in codes:
+        assert code.status is not None, f"{code} is never an HTTP answer"
+        found = statuses.setdefault(code.status, [])
+        if code not in found:
+            found.append(code)
     return {
-        status: {"model": ErrorBody, "description": ERROR_MEANING[status]} for status in statuses
+        status: {
+            "model": ErrorBody,
+            "description": ERROR_MEANING[status],
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "$ref": _ERROR_REF,
+                        "properties": {
+                            "error": {"properties": {"code": {"enum": sorted(map(str, found))}}}
+                        },
+                    }
+                }
+            },
+        }
+        for status, found in sorted(statuses.items())
     }
+
+
+def is_error(answer: dict[str, Any]) -> bool:
+    """Whether ``answer`` (one of ``responses=``) is an error answer of :func:`errors`."""
+    return answer.get("model") is ErrorBody
+
+
+def codes_in(responses: dict[int | str, dict[str, Any]]) -> list[ErrorCode]:
+    """The codes :func:`errors` documented in ``responses`` (its other answers aside)."""
+    return [
+        error_codes.code_of(code)
+        for answer in responses.values()
+        if is_error(answer)
+        for code in answer["content"]["application/json"]["schema"]["properties"]["error"][
+            "properties"
+        ]["code"]["enum"]
+    ]

@@ -15,8 +15,18 @@ from pydantic import Field
 
 from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
-from dueflow.api.common import MAX_ID, Body, Id, answer, resource
+from dueflow.api.common import (
+    FOR_A_USER,
+    MAX_ID,
+    WITH_BODY,
+    WITH_PARAMS,
+    Body,
+    Id,
+    answer,
+    resource,
+)
 from dueflow.api.schemas import Money, View, errors
+from dueflow.error_codes import ErrorCode
 from dueflow.service import shop
 from dueflow.service.deps import Deps
 
@@ -140,9 +150,8 @@ class CouponView(View):
 
 def router(deps: Deps) -> APIRouter:
     """The shop routes over ``deps``."""
-    api = resource(
-        "/api", auth.current_user(deps, "catalog"), [401, 404, 413, 422, 503], tag="shop"
-    )
+    codes = [*FOR_A_USER, ErrorCode.NOT_FOUND]
+    api = resource("/api", auth.current_user(deps, "catalog"), codes, tag="shop")
     keyed = idempotency.idempotent(deps)
 
     async def created(
@@ -152,18 +161,22 @@ def router(deps: Deps) -> APIRouter:
         user = auth.caller(request)
         return answer(await create(deps, seller_id=user.id, **body.model_dump()), 201)
 
-    @api.post("/skus", status_code=201, response_model=SkuView, responses=errors(400, 409))
+    @api.post("/skus", status_code=201, response_model=SkuView, responses=errors(*WITH_BODY))
     @keyed
     async def add_sku(body: NewSku, request: Request) -> JSONResponse:
         """Put a SKU on sale, the caller its seller."""
         return await created(shop.create_sku, body, request)
 
-    @api.get("/skus/{sku_id}", response_model=SkuView)
+    @api.get("/skus/{sku_id}", response_model=SkuView, responses=errors(*WITH_PARAMS))
     async def get_sku(sku_id: Id) -> JSONResponse:
         """A SKU with its units on sale, held and sold."""
         return answer(await shop.sku_view(deps, sku_id))
 
-    @api.post("/skus/{sku_id}/restock", response_model=SkuView, responses=errors(400, 403, 409))
+    @api.post(
+        "/skus/{sku_id}/restock",
+        response_model=SkuView,
+        responses=errors(*WITH_PARAMS, *WITH_BODY, ErrorCode.NOT_ALLOWED),
+    )
     @keyed
     async def restock(sku_id: Id, body: Restock, request: Request) -> JSONResponse:
         """The seller puts more units on sale."""
@@ -175,14 +188,18 @@ def router(deps: Deps) -> APIRouter:
         "/coupon-templates",
         status_code=201,
         response_model=CouponTemplateView,
-        responses=errors(400, 409),
+        responses=errors(*WITH_BODY),
     )
     @keyed
     async def add_template(body: NewTemplate, request: Request) -> JSONResponse:
         """A coupon template for orders of the caller's SKUs."""
         return await created(shop.create_template, body, request)
 
-    @api.get("/coupon-templates/{template_id}", response_model=CouponTemplateView)
+    @api.get(
+        "/coupon-templates/{template_id}",
+        response_model=CouponTemplateView,
+        responses=errors(*WITH_PARAMS),
+    )
     async def get_template(template_id: Id) -> JSONResponse:
         """A coupon template with how many were issued."""
         return answer(await shop.template_view(deps, template_id))
@@ -191,7 +208,9 @@ def router(deps: Deps) -> APIRouter:
         "/coupon-templates/{template_id}/issue",
         status_code=201,
         response_model=CouponView,
-        responses=errors(400, 403, 409),
+        responses=errors(
+            *WITH_PARAMS, *WITH_BODY, ErrorCode.NOT_ALLOWED, ErrorCode.COUPON_UNUSABLE
+        ),
     )
     @keyed
     async def issue(template_id: Id, body: Issue, request: Request) -> JSONResponse:
@@ -211,14 +230,14 @@ def router(deps: Deps) -> APIRouter:
         "/flash-sales",
         status_code=201,
         response_model=FlashSaleView,
-        responses=errors(400, 403, 409),
+        responses=errors(*WITH_BODY, ErrorCode.NOT_ALLOWED),
     )
     @keyed
     async def add_flash_sale(body: NewFlashSale, request: Request) -> JSONResponse:
         """A flash sale of one of the caller's SKUs."""
         return await created(shop.create_flash_sale, body, request)
 
-    @api.get("/flash-sales/{sale_id}", response_model=FlashSaleView)
+    @api.get("/flash-sales/{sale_id}", response_model=FlashSaleView, responses=errors(*WITH_PARAMS))
     async def get_flash_sale(sale_id: Id) -> JSONResponse:
         """A flash sale with its units on sale, held and sold."""
         return answer(await shop.flash_sale_view(deps, sale_id))

@@ -14,10 +14,11 @@ from pydantic import Field, model_validator
 
 from dueflow.api import auth, idempotency
 from dueflow.api import schemas as out
-from dueflow.api.common import Body, Id, answer, resource
+from dueflow.api.common import FOR_A_USER, WITH_BODY, WITH_PARAMS, Body, Id, answer, resource
 from dueflow.api.schemas import Money, View, errors
 from dueflow.domain import seating
 from dueflow.domain.money import parse_yuan
+from dueflow.error_codes import ErrorCode
 from dueflow.exceptions import InvalidInput
 from dueflow.service import tickets
 from dueflow.service.deps import Deps
@@ -173,12 +174,11 @@ def seats_of(body: NewShow) -> list[seating.SeatSpec]:
 
 def router(deps: Deps) -> APIRouter:
     """The ``/api/shows`` routes over ``deps``."""
-    api = resource(
-        "/api/shows", auth.current_user(deps, "catalog"), [401, 404, 413, 422, 503], tag="shows"
-    )
+    codes = [*FOR_A_USER, ErrorCode.NOT_FOUND]
+    api = resource("/api/shows", auth.current_user(deps, "catalog"), codes, tag="shows")
     keyed = idempotency.idempotent(deps)
 
-    @api.post("", status_code=201, response_model=ShowView, responses=errors(400, 409))
+    @api.post("", status_code=201, response_model=ShowView, responses=errors(*WITH_BODY))
     @keyed
     async def add_show(body: NewShow, request: Request) -> JSONResponse:
         """Put a show on sale with its seats, the caller its organizer."""
@@ -196,18 +196,22 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer(await tickets.show_view(deps, show_id), 201)
 
-    @api.get("/{show_id}", response_model=ShowView)
+    @api.get("/{show_id}", response_model=ShowView, responses=errors(*WITH_PARAMS))
     async def get_show(show_id: Id) -> JSONResponse:
         """The show, and how many of its seats are free, held and sold."""
         return answer(await tickets.show_view(deps, show_id))
 
-    @api.get("/{show_id}/seats", response_model=SeatMap)
+    @api.get("/{show_id}/seats", response_model=SeatMap, responses=errors(*WITH_PARAMS))
     async def get_seats(show_id: Id) -> JSONResponse:
         """Where the show's sales stand and every seat's state: free, held (by an unpaid
         order), sold, or not_for_sale (no order holds it and the show sells no more)."""
         return answer(await tickets.buyers_seat_map(deps, show_id))
 
-    @api.post("/{show_id}/cancel", response_model=ShowCancelled, responses=errors(403, 409))
+    @api.post(
+        "/{show_id}/cancel",
+        response_model=ShowCancelled,
+        responses=errors(*WITH_PARAMS, ErrorCode.NOT_ALLOWED, ErrorCode.INVALID_TRANSITION),
+    )
     @keyed
     async def cancel_show(show_id: Id, request: Request) -> JSONResponse:
         """The organizer cancels the show: no more orders; every live order is cancelled by

@@ -13,9 +13,10 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from dueflow.api import auth, idempotency
-from dueflow.api.common import MAX_ID, Body, Id, answer, resource
+from dueflow.api.common import MAX_ID, WITH_BODY, WITH_PARAMS, Body, Id, answer, resource
 from dueflow.api.schemas import View, errors
 from dueflow.domain.events import EventType
+from dueflow.error_codes import ErrorCode
 from dueflow.service import lists, webhook_endpoints
 from dueflow.service.deps import Deps
 
@@ -127,13 +128,15 @@ PageLimit = Annotated[int, Query(ge=1, le=lists.MAX_LIMIT)]
 def router(deps: Deps) -> APIRouter:
     """The ``/api/admin/webhooks`` routes over ``deps``, for admins only."""
     routes = resource(
-        "/api/admin/webhooks", auth.current_admin(deps), [401, 403, 413, 503], tag="webhooks"
+        "/api/admin/webhooks", auth.current_admin(deps), [ErrorCode.NOT_ALLOWED], tag="webhooks"
     )
     keyed = idempotency.idempotent(deps)
     withheld = idempotency.idempotent(deps, withheld=("secret",))
+    one = (*WITH_PARAMS, ErrorCode.NOT_FOUND)
+    unsafe = ErrorCode.UNSAFE_WEBHOOK_URL
 
     @routes.post(
-        "", status_code=201, response_model=EndpointSecret, responses=errors(400, 409, 422)
+        "", status_code=201, response_model=EndpointSecret, responses=errors(*WITH_BODY, unsafe)
     )
     @withheld
     async def create_endpoint(body: NewEndpoint, request: Request) -> JSONResponse:
@@ -149,19 +152,21 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer(made, 201)
 
-    @routes.get("", response_model=EndpointPage, responses=errors(422))
+    @routes.get("", response_model=EndpointPage, responses=errors(*WITH_PARAMS))
     async def list_endpoints(after: After = None, limit: PageLimit = 20) -> JSONResponse:
         """Endpoints newest first with where their deliveries stand; pass ``next`` back as
         ``after`` for the next page."""
         found = await webhook_endpoints.page(deps, after=after, limit=limit)
         return answer({"items": found.items, "next": found.next})
 
-    @routes.get("/{endpoint_id}", response_model=EndpointStatus, responses=errors(404, 422))
+    @routes.get("/{endpoint_id}", response_model=EndpointStatus, responses=errors(*one))
     async def show_endpoint(endpoint_id: Id) -> JSONResponse:
         """One endpoint and where its deliveries stand."""
         return answer(await webhook_endpoints.show(deps, endpoint_id))
 
-    @routes.patch("/{endpoint_id}", response_model=EndpointView, responses=errors(400, 404, 422))
+    @routes.patch(
+        "/{endpoint_id}", response_model=EndpointView, responses=errors(*one, *WITH_BODY, unsafe)
+    )
     async def change_endpoint(
         endpoint_id: Id, body: EndpointChange, request: Request
     ) -> JSONResponse:
@@ -177,7 +182,7 @@ def router(deps: Deps) -> APIRouter:
     @routes.post(
         "/{endpoint_id}/rotate",
         response_model=EndpointSecret,
-        responses=errors(400, 404, 409, 422),
+        responses=errors(*one, *WITH_BODY),
     )
     @withheld
     async def rotate_secret(endpoint_id: Id, body: Rotation, request: Request) -> JSONResponse:
@@ -190,9 +195,7 @@ def router(deps: Deps) -> APIRouter:
             )
         )
 
-    @routes.post(
-        "/{endpoint_id}/replay", response_model=Queued, responses=errors(400, 404, 409, 422)
-    )
+    @routes.post("/{endpoint_id}/replay", response_model=Queued, responses=errors(*one, *WITH_BODY))
     @keyed
     async def replay_events(endpoint_id: Id, body: Replay, request: Request) -> JSONResponse:
         """Deliver the events ``first`` to ``last`` (one without ``last``) again to this
@@ -202,7 +205,7 @@ def router(deps: Deps) -> APIRouter:
         )
         return answer({"message": told})
 
-    @routes.delete("/{endpoint_id}", response_model=Queued, responses=errors(404, 422))
+    @routes.delete("/{endpoint_id}", response_model=Queued, responses=errors(*one))
     async def delete_endpoint(endpoint_id: Id, request: Request) -> JSONResponse:
         """Delete the endpoint and its streams (what it has not delivered is not sent)."""
         await webhook_endpoints.delete(deps, endpoint_id, actor=auth.actor(request))

@@ -68,7 +68,8 @@ async def test_a_stranger_still_sees_no_such_order(api, name):
     hidden = await api.call("POST", route.path.format(id=order_id), "stranger", json=route.body)
     missing = await api.call("POST", route.path.format(id=999_999), "stranger", json=route.body)
     assert hidden.status_code == missing.status_code == 404
-    assert hidden.json() == {"error": {"code": "not_found", "message": f"no order {order_id}"}}
+    expected = {"code": "not_found", "message": f"no order {order_id}", "field": None}
+    assert hidden.json() == {"error": expected}
     assert missing.json()["error"]["code"] == "not_found"
     assert await table_snapshot(api.deps) == before
 
