@@ -106,6 +106,9 @@ class UnsafeURL(InvalidInput):
 
     code = ErrorCode.UNSAFE_WEBHOOK_URL
 
+    def __init__(self, message: str | None = None, *, field: str | None = "url") -> None:
+        super().__init__(message, field=field)
+
 
 class Conflict(DomainError):
     """The change conflicts with what is stored (a duplicate, or a reference to a missing row)."""

@@ -135,7 +135,9 @@ def position_of(cursor: str | None) -> int:
         raw = ""
     found = _POSITION.fullmatch(raw)
     if found is None or int(found.group(1)) > MAX_SEQ or cursor_of(int(found.group(1))) != cursor:
-        raise InvalidInput("after: not a cursor of this feed (pass back a `next` it gave)")
+        raise InvalidInput(
+            "after: not a cursor of this feed (pass back a `next` it gave)", field="after"
+        )
     return int(found.group(1))
 
 

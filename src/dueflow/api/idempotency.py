@@ -66,7 +66,7 @@ def checked(header: str) -> str:
         InvalidInput: not 1-255 printable ASCII characters without spaces.
     """
     if not PATTERN.fullmatch(header):
-        raise InvalidInput(f"{HEADER}: 1-255 printable ASCII characters, no spaces")
+        raise InvalidInput(f"{HEADER}: 1-255 printable ASCII characters, no spaces", field=HEADER)
     return header
 
 

@@ -138,11 +138,11 @@ class ShowCancelled(View):
     orders_to_cancel: int
 
 
-def _price(value: str, what: str) -> Decimal:
+def _price(value: str, what: str, field: str) -> Decimal:
     try:
         return parse_yuan(value)
     except InvalidInput as exc:
-        raise InvalidInput(f"{what}: {exc.message}") from None
+        raise InvalidInput(f"{what}: {exc.message}", field=field) from None
 
 
 def seats_of(body: NewShow) -> list[seating.SeatSpec]:
@@ -154,11 +154,13 @@ def seats_of(body: NewShow) -> list[seating.SeatSpec]:
             section the ranges do not have.
     """
     specs = [
-        seating.seat(s.label, _price(s.price, f"seat {s.label}"), s.tier) for s in body.seats or []
+        seating.seat(s.label, _price(s.price, f"seat {s.label}", f"seats[{n}].price"), s.tier)
+        for n, s in enumerate(body.seats or [])
     ]
     if body.seat_ranges is not None and body.prices is not None:
         prices = {
-            section: _price(value, f"prices.{section}") for section, value in body.prices.items()
+            section: _price(value, f"prices.{section}", f"prices.{section}")
+            for section, value in body.prices.items()
         }
         ranged = seating.parse_ranges(
             body.seat_ranges,
@@ -167,7 +169,9 @@ def seats_of(body: NewShow) -> list[seating.SeatSpec]:
         )
         unused = sorted(set(prices) - {s.section for s in ranged})
         if unused:
-            raise InvalidInput(f"prices: no seat range of section {', '.join(unused)}")
+            raise InvalidInput(
+                f"prices: no seat range of section {', '.join(unused)}", field="prices"
+            )
         specs.extend(ranged)
     return specs
 

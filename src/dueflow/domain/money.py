@@ -14,34 +14,34 @@ CENT = Decimal("0.01")
 DECIMAL_TEXT = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
-def parse_yuan(value: object) -> Decimal:
+def parse_yuan(value: object, *, field: str | None = None) -> Decimal:
     """A positive amount in yuan with at most two decimals (``"12.5"`` -> ``Decimal("12.50")``).
 
     Floats are refused: money never passes through binary floating point.
 
     Raises:
-        InvalidInput: Not such an amount (a float, another notation, not above zero, above
+        InvalidInput: (naming ``field``, the input it came from) Not such an amount (a float, another notation, not above zero, above
             :data:`MAX_AMOUNT` or with fractions of a fen).
     """
     if isinstance(value, (bool, float)):
-        raise InvalidInput("amounts are given as strings or integers, never floats")
+        raise InvalidInput("amounts are given as strings or integers, never floats", field=field)
     if isinstance(value, int) and abs(value) > MAX_AMOUNT:
         # Before str(): an int of over 4300 digits cannot even be written out.
-        raise InvalidInput(f"an amount must be above 0 and at most {MAX_AMOUNT}")
+        raise InvalidInput(f"an amount must be above 0 and at most {MAX_AMOUNT}", field=field)
     text = str(value).strip()
     if not DECIMAL_TEXT.fullmatch(text):
-        raise InvalidInput(f"not an amount: {value!r} (write it like 12.50)")
+        raise InvalidInput(f"not an amount: {value!r} (write it like 12.50)", field=field)
     try:
         amount = Decimal(text)
     except (InvalidOperation, ValueError):
-        raise InvalidInput(f"not an amount: {value!r}") from None
+        raise InvalidInput(f"not an amount: {value!r}", field=field) from None
     if not amount.is_finite():
-        raise InvalidInput(f"not an amount: {value!r}")
+        raise InvalidInput(f"not an amount: {value!r}", field=field)
     # The range first: quantizing a huge amount overflows the decimal context.
     if amount <= 0 or amount > MAX_AMOUNT:
-        raise InvalidInput(f"amount {value} must be above 0 and at most {MAX_AMOUNT}")
+        raise InvalidInput(f"amount {value} must be above 0 and at most {MAX_AMOUNT}", field=field)
     if amount != amount.quantize(CENT):
-        raise InvalidInput(f"amount {value} has more than two decimals")
+        raise InvalidInput(f"amount {value} has more than two decimals", field=field)
     return amount.quantize(CENT)
 
 

@@ -63,5 +63,5 @@ def storable(when: datetime, what: str) -> datetime:
     """
     wrong = problem(when)
     if wrong is not None:
-        raise InvalidInput(f"{what}: {wrong}")
+        raise InvalidInput(f"{what}: {wrong}", field=what)
     return when.astimezone(UTC)

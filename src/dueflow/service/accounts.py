@@ -38,17 +38,17 @@ async def add_user(deps: Deps, name: str, *, admin: bool = False) -> tuple[User,
         InvalidInput: the name is malformed or taken.
     """
     if not NAME.fullmatch(name):
-        raise InvalidInput("a user name is 1-64 letters, digits, '_', '.' or '-'")
+        raise InvalidInput("a user name is 1-64 letters, digits, '_', '.' or '-'", field="name")
     token = secrets.token_urlsafe(24)
     try:
         async with deps.db.write() as conn:
             if await users.by_name(conn, name) is not None:
-                raise InvalidInput(f"user {name!r} already exists")
+                raise InvalidInput(f"user {name!r} already exists", field="name")
             user_id = await users.insert_user(
                 conn, name=name, token_hash=hash_token(token), is_admin=admin, now=deps.clock.now()
             )
     except Conflict:  # the same name taken meanwhile
-        raise InvalidInput(f"user {name!r} already exists") from None
+        raise InvalidInput(f"user {name!r} already exists", field="name") from None
     return User(user_id, name, admin), token
 
 
@@ -81,8 +81,8 @@ async def add_goods(deps: Deps, *, seller_id: int, title: str, price: str | Deci
     """
     title = title.strip()
     if not 1 <= len(title) <= 200:
-        raise InvalidInput("a title is 1-200 characters")
-    amount = parse_yuan(price)
+        raise InvalidInput("a title is 1-200 characters", field="title")
+    amount = parse_yuan(price, field="price")
     async with deps.db.write() as conn:
         if await users.by_id(conn, seller_id) is None:
             raise NotFound(f"no user {seller_id}")

@@ -71,9 +71,11 @@ def read_cursor(cursor: str | None, scope: Scope) -> int | None:
         return None
     found = _decoded(cursor)
     if not (isinstance(found, dict) and set(found) == {"after", "for"} and _is_id(found["after"])):
-        raise InvalidInput("after: not a cursor this list gave")
+        raise InvalidInput("after: not a cursor this list gave", field="after")
     if found["for"] != dict(scope):
-        raise InvalidInput("after: the cursor was made for other filters; start again without it")
+        raise InvalidInput(
+            "after: the cursor was made for other filters; start again without it", field="after"
+        )
     return int(found["after"])
 
 
@@ -109,7 +111,7 @@ def _paged(
 
 def _checked_limit(limit: int, most: int = MAX_LIMIT) -> int:
     if not 1 <= limit <= most:
-        raise InvalidInput(f"limit: from 1 to {most}")
+        raise InvalidInput(f"limit: from 1 to {most}", field="limit")
     return limit
 
 
@@ -139,7 +141,7 @@ async def goods_list(
 def _known_flow(flow: str | None) -> str | None:
     if flow is not None and flow not in lifecycle.LIFECYCLES:
         known = ", ".join(sorted(lifecycle.LIFECYCLES))
-        raise InvalidInput(f"flow: unknown flow {flow!r} (known: {known})")
+        raise InvalidInput(f"flow: unknown flow {flow!r} (known: {known})", field="flow")
     return flow
 
 
@@ -224,7 +226,9 @@ async def shows_list(
         InvalidInput: an unknown status, a bad cursor or limit.
     """
     if status is not None and status not in SHOW_STATUSES:
-        raise InvalidInput(f"status: unknown show status {status!r} (known: on_sale, cancelled)")
+        raise InvalidInput(
+            f"status: unknown show status {status!r} (known: on_sale, cancelled)", field="status"
+        )
     now = deps.clock.now()
 
     def item(row: Row[Any]) -> dict[str, Any]:
@@ -287,7 +291,9 @@ async def refunds_list(deps: Deps, *, state: str | None, after: str | None, limi
         InvalidInput: an unknown state, a bad cursor or limit.
     """
     if state is not None and state not in refunds.STATES:
-        raise InvalidInput(f"unknown refund state {state!r}; known: {', '.join(refunds.STATES)}")
+        raise InvalidInput(
+            f"unknown refund state {state!r}; known: {', '.join(refunds.STATES)}", field="state"
+        )
     scope: Scope = {"list": "refunds", "state": state}
     position = read_cursor(after, scope)
     async with deps.db.read() as conn:

@@ -74,7 +74,9 @@ async def list_refunds(
 ) -> list[dict[str, Any]]:
     """The newest ``limit`` refunds, optionally in one state."""
     if state is not None and state not in STATES:
-        raise InvalidInput(f"unknown refund state {state!r}; known: {', '.join(STATES)}")
+        raise InvalidInput(
+            f"unknown refund state {state!r}; known: {', '.join(STATES)}", field="state"
+        )
     async with deps.db.read() as conn:
         found = await payments.refunds_in(conn, state=state, limit=limit)
     return [dict(r._mapping) for r in found]
@@ -273,13 +275,13 @@ async def settle_offline(
 
 def _note(value: str, what: str) -> str:
     if not isinstance(value, str):
-        raise InvalidInput(f"a {what} is text")
+        raise InvalidInput(f"a {what} is text", field=what)
     value = value.strip()
     if not 1 <= len(value) <= NOTE_LENGTH:
-        raise InvalidInput(f"a {what} is 1-{NOTE_LENGTH} characters")
+        raise InvalidInput(f"a {what} is 1-{NOTE_LENGTH} characters", field=what)
     problem = text.refused_character(value)
     if problem is not None:
-        raise InvalidInput(f"the {what} {problem}")
+        raise InvalidInput(f"the {what} {problem}", field=what)
     return value
 
 

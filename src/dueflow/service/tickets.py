@@ -70,12 +70,17 @@ async def create_show(
     starts_at = times.storable(starts_at, "starts_at")
     sales_close_at = times.storable(sales_close_at, "sales_close_at")
     if sales_close_at > starts_at:
-        raise InvalidInput("sales close at or before the show starts")
+        raise InvalidInput("sales close at or before the show starts", field="sales_close_at")
     now = deps.clock.now()
     if sales_close_at <= now:
-        raise InvalidInput("sales would close before they open: sales_close_at is in the past")
+        raise InvalidInput(
+            "sales would close before they open: sales_close_at is in the past",
+            field="sales_close_at",
+        )
     if isinstance(seat_limit, bool) or not 1 <= seat_limit <= seating.MAX_SEAT_LIMIT:
-        raise InvalidInput(f"a seat limit is 1 to {seating.MAX_SEAT_LIMIT} seats a buyer")
+        raise InvalidInput(
+            f"a seat limit is 1 to {seating.MAX_SEAT_LIMIT} seats a buyer", field="seat_limit"
+        )
     seating.check_seats(seats)
     async with deps.db.write() as conn:
         if await users.by_id(conn, organizer_id) is None:
@@ -111,7 +116,7 @@ async def create_show(
 
 def _text(value: str, what: str) -> str:
     if not isinstance(value, str) or not 1 <= len(value.strip()) <= 200:
-        raise InvalidInput(f"a show's {what} is 1-200 characters")
+        raise InvalidInput(f"a show's {what} is 1-200 characters", field=what)
     return value.strip()
 
 
@@ -238,7 +243,7 @@ async def place_ticket_order(
         SeatLimitExceeded: past the show's per-buyer limit (counting what the buyer holds).
     """
     if not isinstance(labels, list | tuple) or not all(isinstance(x, str) for x in labels):
-        raise InvalidInput("seats: a list of seat labels")
+        raise InvalidInput("seats: a list of seat labels", field="seats")
     wanted = seating.check_request(labels, seating.MAX_SEAT_LIMIT)
     deps.policy.durations(TICKET_ORDER_TYPE)
     taken = await deps.seat_cache.taken(show_id, wanted)
@@ -275,7 +280,7 @@ async def _place(
         found = {s.label: s for s in await conn.execute(query)}
         missing = [label for label in wanted if label not in found]
         if missing:
-            raise InvalidInput(f"show {show_id} has no seat {', '.join(missing)}")
+            raise InvalidInput(f"show {show_id} has no seat {', '.join(missing)}", field="seats")
         # Refused before anything is written: a rush is mostly refusals, so they stay reads.
         # (A hold committed since is found by the unique key at the insert.)
         taken = [label for label in wanted if found[label].held is not None]

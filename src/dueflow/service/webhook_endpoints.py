@@ -51,20 +51,23 @@ def checked_types(types: Sequence[str] | None) -> tuple[str, ...] | None:
     if not types:
         return None
     if len(types) > MAX_TYPES:
-        raise InvalidInput(f"event_types: at most {MAX_TYPES}")
+        raise InvalidInput(f"event_types: at most {MAX_TYPES}", field="event_types")
     found = set()
-    for name in types:
+    for n, name in enumerate(types):
+        at = f"event_types[{n}]"
         if not isinstance(name, str):
-            raise InvalidInput(f"event_types: {name!a} is not an event type")
+            raise InvalidInput(f"event_types: {name!a} is not an event type", field=at)
         value = str(name)  # an EventType's value
         if value in NOTICE_TYPES:
             raise InvalidInput(
                 f"event_types: {value!a} is a buyer notice (the notifier sends it), "
-                "not an order event"
+                "not an order event",
+                field=at,
             )
         if value not in FILTER_TYPES:
             raise InvalidInput(
-                f"event_types: {value!a} is not an order event type (docs/events.md lists them)"
+                f"event_types: {value!a} is not an order event type (docs/events.md lists them)",
+                field=at,
             )
         found.add(value)
     return tuple(sorted(found))
@@ -72,7 +75,9 @@ def checked_types(types: Sequence[str] | None) -> tuple[str, ...] | None:
 
 def _description(text: str | None) -> str | None:
     if text is not None and (len(text) > MAX_DESCRIPTION or not text.isprintable()):
-        raise InvalidInput(f"description: one line of at most {MAX_DESCRIPTION} characters")
+        raise InvalidInput(
+            f"description: one line of at most {MAX_DESCRIPTION} characters", field="description"
+        )
     return text or None
 
 
@@ -161,7 +166,7 @@ async def show(deps: Deps, endpoint_id: int) -> dict[str, Any]:
 async def page(deps: Deps, *, after: str | None, limit: int) -> lists.Page:
     """Endpoints newest first, each with where its deliveries stand; paged by cursor."""
     if not 1 <= limit <= lists.MAX_LIMIT:
-        raise InvalidInput(f"limit: from 1 to {lists.MAX_LIMIT}")
+        raise InvalidInput(f"limit: from 1 to {lists.MAX_LIMIT}", field="limit")
     scope = {"list": "webhook_endpoints"}
     below = lists.read_cursor(after, scope)
     now = deps.clock.now()

@@ -286,16 +286,20 @@ async def replay(
         InvalidInput: an empty range, or one past the last numbered event.
         NotFound: no such endpoint.
     """
+    at = "first" if last is None else "last"
     last = first if last is None else last
     if not 1 <= first <= last:
-        raise InvalidInput("a replay goes from a first event to a last one, both from 1 up")
+        raise InvalidInput(
+            "a replay goes from a first event to a last one, both from 1 up", field=at
+        )
     now = deps.clock.now()
     async with deps.db.write() as conn:
         await _endpoint_row(conn, endpoint_id)
         newest = await store.last_seq(conn)
         if last > newest:
             raise InvalidInput(
-                f"there is no event {events.delivery_id(last)} yet (the last is {newest})"
+                f"there is no event {events.delivery_id(last)} yet (the last is {newest})",
+                field=at,
             )
         name = f"replay-{now:%Y%m%d%H%M%S}-{secrets.token_hex(4)}"
         await store.add_replay(conn, name, first, last, by=actor, now=now, endpoint_id=endpoint_id)

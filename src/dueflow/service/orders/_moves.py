@@ -109,7 +109,8 @@ async def ship(deps: Deps, *, order_id: int, user_id: int, carrier: str, trackin
         NotFound, NotAllowed, InvalidTransition: as the names say (NotYourRole, a NotAllowed,
             when the caller is the order's buyer).
     """
-    carrier, tracking_no = _label(carrier, "carrier"), _label(tracking_no, "tracking number")
+    carrier = _label(carrier, "carrier", "carrier")
+    tracking_no = _label(tracking_no, "tracking number", "tracking_no")
     now = deps.clock.now()
     async with deps.db.write() as conn:
         order = await _own_order(conn, order_id, user_id, "seller")
@@ -155,12 +156,12 @@ async def ship(deps: Deps, *, order_id: int, user_id: int, carrier: str, trackin
     await deps.arm(armed)
 
 
-def _label(value: str, what: str) -> str:
+def _label(value: str, what: str, field: str) -> str:
     if not isinstance(value, str):
-        raise InvalidInput(f"a {what} is text")
+        raise InvalidInput(f"a {what} is text", field=field)
     value = value.strip()
     if not 1 <= len(value) <= 64 or not value.isprintable():
-        raise InvalidInput(f"a {what} is 1-64 printable characters")
+        raise InvalidInput(f"a {what} is 1-64 printable characters", field=field)
     return value
 
 
@@ -214,12 +215,12 @@ async def review(deps: Deps, *, order_id: int, user_id: int, rating: int, commen
         InvalidTransition: the order is not received, or this role already reviewed.
     """
     if isinstance(rating, bool) or not isinstance(rating, int) or not 1 <= rating <= 5:
-        raise InvalidInput("a rating is a whole number from 1 to 5")
+        raise InvalidInput("a rating is a whole number from 1 to 5", field="rating")
     if comment is not None and not isinstance(comment, str):
-        raise InvalidInput("a comment is text")
+        raise InvalidInput("a comment is text", field="comment")
     comment = (comment or "").strip()
     if len(comment) > 500:
-        raise InvalidInput("a comment is at most 500 characters")
+        raise InvalidInput("a comment is at most 500 characters", field="comment")
     now = deps.clock.now()
     async with deps.db.write() as conn:
         order = await orders.get(conn, order_id, for_update=True)

@@ -61,7 +61,7 @@ async def start_payment(
     """
     payer = deps.providers.get(provider)
     if provider == MANUAL:
-        raise InvalidInput("manual payments are recorded by an operator")
+        raise InvalidInput("manual payments are recorded by an operator", field="provider")
     async with locks.held(deps.locks, f"order:{order_id}", deps.lock_ttl):
         attempt_id, attempt, subject = await _new_attempt(deps, order_id, user_id, provider, key)
     try:

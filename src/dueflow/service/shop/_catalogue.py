@@ -41,7 +41,7 @@ async def create_sku(
         NotFound: no such seller.
     """
     title = _title(title)
-    amount = parse_yuan(price)
+    amount = parse_yuan(price, field="price")
     stock = _count(stock, "stock", low=0, high=MAX_UNITS)
     async with deps.db.write() as conn:
         await _user(conn, seller_id)
@@ -114,12 +114,12 @@ async def create_template(
         NotFound: no such seller.
     """
     title = _title(title)
-    off = parse_yuan(amount_off)
+    off = parse_yuan(amount_off, field="amount_off")
     minimum = _zero_or_yuan(min_amount, "min_amount")
     valid_from = times.storable(valid_from, "valid_from")
     valid_until = times.storable(valid_until, "valid_until")
     if valid_until <= valid_from:
-        raise InvalidInput("valid_until must be after valid_from")
+        raise InvalidInput("valid_until must be after valid_from", field="valid_until")
     total = _count(total, "total", low=1, high=MAX_UNITS)
     async with deps.db.write() as conn:
         await _user(conn, seller_id)
@@ -214,18 +214,19 @@ async def create_flash_sale(
         NotFound: no such SKU.
         NotAllowed: not the SKU's seller.
     """
-    amount = parse_yuan(price)
+    amount = parse_yuan(price, field="price")
     stock = _count(stock, "stock", low=1, high=MAX_UNITS)
     limit = _count(per_buyer_limit, "per_buyer_limit", low=1, high=MAX_QUANTITY)
     starts_at = times.storable(starts_at, "starts_at")
     ends_at = times.storable(ends_at, "ends_at")
     if ends_at <= starts_at:
-        raise InvalidInput("ends_at must be after starts_at")
+        raise InvalidInput("ends_at must be after starts_at", field="ends_at")
     now = deps.clock.now()
     if ends_at <= now:
         # Every order for it would be refused as closed.
         raise InvalidInput(
-            f"ends_at {ends_at.isoformat()} has passed: the sale would take no orders"
+            f"ends_at {ends_at.isoformat()} has passed: the sale would take no orders",
+            field="ends_at",
         )
     async with deps.db.write() as conn:
         sku = await shop.get(conn, skus, sku_id)
@@ -234,7 +235,9 @@ async def create_flash_sale(
         if sku.seller_id != seller_id:
             raise NotAllowed(f"only the seller of sku {sku_id} may put it on a flash sale")
         if stock > sku.stock:
-            raise InvalidInput(f"sku {sku_id} has {sku.stock} units on sale, not {stock}")
+            raise InvalidInput(
+                f"sku {sku_id} has {sku.stock} units on sale, not {stock}", field="stock"
+            )
         sale_id = await shop.insert_flash_sale(
             conn,
             sku_id=sku_id,

@@ -88,16 +88,29 @@ def wanted_lines(lines: Sequence[Mapping[str, Any]]) -> dict[int, int]:
         InvalidInput: no lines, too many, a bad SKU id or quantity.
     """
     if not isinstance(lines, list | tuple) or not 1 <= len(lines) <= MAX_LINES:
-        raise InvalidInput(f"lines: 1 to {MAX_LINES} lines of sku_id and quantity")
+        raise InvalidInput(f"lines: 1 to {MAX_LINES} lines of sku_id and quantity", field="lines")
     wanted: dict[int, int] = {}
-    for line in lines:
+    for n, line in enumerate(lines):
         if not isinstance(line, Mapping):
-            raise InvalidInput("lines: each line is an object of sku_id and quantity")
-        sku_id = _count(line.get("sku_id"), "sku_id", low=1, high=2**63 - 1)
-        quantity = _count(line.get("quantity"), "quantity", low=1, high=MAX_QUANTITY)
+            raise InvalidInput(
+                "lines: each line is an object of sku_id and quantity", field=f"lines[{n}]"
+            )
+        sku_id = _count(
+            line.get("sku_id"), "sku_id", low=1, high=2**63 - 1, field=f"lines[{n}].sku_id"
+        )
+        quantity = _count(
+            line.get("quantity"),
+            "quantity",
+            low=1,
+            high=MAX_QUANTITY,
+            field=f"lines[{n}].quantity",
+        )
         wanted[sku_id] = wanted.get(sku_id, 0) + quantity
         if wanted[sku_id] > MAX_QUANTITY:
-            raise InvalidInput(f"quantity of sku {sku_id} is at most {MAX_QUANTITY}")
+            raise InvalidInput(
+                f"quantity of sku {sku_id} is at most {MAX_QUANTITY}",
+                field=f"lines[{n}].quantity",
+            )
     return dict(sorted(wanted.items()))
 
 
@@ -138,7 +151,9 @@ async def place_shop_order(
             raise NotFound(f"no sku {', '.join(map(str, missing))}")
         sellers = {r.seller_id for r in found.values()}
         if len(sellers) > 1:
-            raise InvalidInput("one order buys from one seller; these SKUs have several")
+            raise InvalidInput(
+                "one order buys from one seller; these SKUs have several", field="lines"
+            )
         (seller_id,) = sellers
         if seller_id == buyer_id:
             raise NotAllowed("you cannot buy your own SKUs")

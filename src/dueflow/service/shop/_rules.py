@@ -35,21 +35,23 @@ MAX_UNITS = 10_000_000
 
 def _title(value: str) -> str:
     if not isinstance(value, str):
-        raise InvalidInput("a title is text")
+        raise InvalidInput("a title is text", field="title")
     title = value.strip()
     if not 1 <= len(title) <= 200:
-        raise InvalidInput("a title is 1-200 characters")
+        raise InvalidInput("a title is 1-200 characters", field="title")
     # The one rule of free text (dueflow.domain.text): emoji joiners, right-to-left marks and
     # no-break spaces are text people write, though str.isprintable() refuses them.
     problem = text.refused_character(title)
     if problem is not None:
-        raise InvalidInput(f"the title {problem}")
+        raise InvalidInput(f"the title {problem}", field="title")
     return title
 
 
-def _count(value: object, what: str, *, low: int, high: int) -> int:
+def _count(value: object, what: str, *, low: int, high: int, field: str | None = None) -> int:
+    """``value`` when a whole number from ``low`` to ``high``; else InvalidInput naming
+    ``field`` (by default ``what``)."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(f"{what} is a whole number from {low} to {high}")
+        raise InvalidInput(f"{what} is a whole number from {low} to {high}", field=field or what)
     return value
 
 
@@ -69,7 +71,7 @@ def _zero_or_yuan(value: object, what: str) -> Decimal:
     try:
         return parse_yuan(value)
     except InvalidInput as exc:
-        raise InvalidInput(f"{what}: {exc.message}") from None
+        raise InvalidInput(f"{what}: {exc.message}", field=what) from None
 
 
 async def _user(conn: AsyncConnection, user_id: int) -> None:
