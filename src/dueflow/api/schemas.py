@@ -289,6 +289,7 @@ ERROR_MEANING = {
     "`missing_scope`: a service key without the route's scope; `act_as_not_allowed`: a personal "
     "token sending Dueflow-Act-As)",
     404: "No such thing (someone else's order looks missing too)",
+    405: "The route does not take this method",
     409: "Conflict with the current state (held, sold, busy, wrong status)",
     413: "The body is over the size limit",
     422: "Invalid input: unknown fields, wrong types, values out of range (`field` names it)",
