@@ -35,7 +35,8 @@ def written(page: str) -> str:
     for name, rows in (("actions", actions()), ("codes", codes())):
         section = re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- end -->)", re.DOTALL)
         assert section.search(page), f"docs/errors.md has no generated section {name}"
-        page = section.sub(lambda found: found[1] + "\n".join(rows) + "\n" + found[2], page)
+        table = "\n".join(rows) + "\n"
+        page = section.sub(lambda found, table=table: found[1] + table + found[2], page)
     return page
 
 
