@@ -27,7 +27,11 @@ from tests.proxy import Proxy
 
 PORTS = {"postgres": 5432, "mysql": 3306}
 #: What a client is told while the database is away.
-AWAY = {"code": "backend_unavailable", "message": "The database is unavailable; try again later."}
+AWAY = {
+    "code": "backend_unavailable",
+    "message": "The database is unavailable; try again later.",
+    "field": None,
+}
 #: Pieces of the drivers' own texts that must not be in an answer.
 DRIVER_WORDS = ("Connect call failed", "Errno", "asyncpg", "asyncmy", "2003", "Timeout", "gaierror")
 

@@ -105,6 +105,7 @@ async def test_a_constraint_violation_is_a_conflict(backend_world):
     assert answer.json()["error"] == {
         "code": "conflict",
         "message": "the change conflicts with what is stored",
+        "field": None,
     }
     assert await table_snapshot(deps) == before
 
@@ -167,6 +168,7 @@ async def test_no_backend_detail_reaches_a_client():
     assert answer.json()["error"] == {
         "code": "backend_unavailable",
         "message": "A backend cannot be reached.",
+        "field": None,
     }
 
     async def bug() -> None:
