@@ -163,7 +163,7 @@ def _utf8(header: str, value: str | None) -> str | None:
     try:
         return value.encode("latin-1").decode("utf-8")
     except UnicodeError:
-        raise InvalidInput(f"{header}: UTF-8 text") from None
+        raise InvalidInput(f"{header}: UTF-8 text", field=header) from None
 
 
 def caller(request: Request) -> User:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -63,22 +64,29 @@ def field_path(loc: Sequence[int | str]) -> str:
 
 
 def located(request: Request, field: str) -> str:
-    """A field a use case named (``lines[0].quantity``, ``after``) with where the route takes
-    it: ``path.``, ``query.`` or ``header.`` when it has such a parameter, else ``body.`` when
-    it has a body."""
+    """A field a use case named (``lines[0].quantity``, ``after``, ``Dueflow-Act-As``) with
+    where the route takes it: ``path.``, ``query.`` or ``header.`` when it or one of its
+    dependencies (the router's guard) has such a parameter, else ``body.`` when it has a body."""
     route = request.scope.get("route")
     if not isinstance(route, APIRoute):
         return field
     name = re.split(r"[.\[]", field, maxsplit=1)[0]
-    found = route.dependant
+    for where, alias in _parameters(route.dependant):
+        if alias == name:
+            return f"{where}.{field}"
+    return f"body.{field}" if route.body_field is not None else field
+
+
+def _parameters(found: Dependant) -> Iterator[tuple[str, str]]:
+    """Where each parameter of ``found`` and of its dependencies is taken, and its name."""
     for where, params in (
         ("path", found.path_params),
         ("query", found.query_params),
         ("header", found.header_params),
     ):
-        if any(p.alias == name for p in params):
-            return f"{where}.{field}"
-    return f"body.{field}" if route.body_field is not None else field
+        yield from ((where, p.alias) for p in params)
+    for dependency in found.dependencies:
+        yield from _parameters(dependency)
 
 
 def public_message(exc: errors.DueflowError) -> str:

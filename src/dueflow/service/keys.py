@@ -79,7 +79,9 @@ def act_as(external_id: str | None, display_name: str | None) -> ActAs | None:
     """
     if external_id is None:
         if display_name is not None:
-            raise InvalidInput("Dueflow-Act-As-Name: only with Dueflow-Act-As")
+            raise InvalidInput(
+                "Dueflow-Act-As-Name: only with Dueflow-Act-As", field="Dueflow-Act-As-Name"
+            )
         return None
     _check_external("Dueflow-Act-As", external_id)
     if display_name is not None:
@@ -89,9 +91,9 @@ def act_as(external_id: str | None, display_name: str | None) -> ActAs | None:
 
 def _check_external(header: str, value: str) -> None:
     if not 1 <= len(value) <= MAX_EXTERNAL:
-        raise InvalidInput(f"{header}: 1-{MAX_EXTERNAL} characters")
+        raise InvalidInput(f"{header}: 1-{MAX_EXTERNAL} characters", field=header)
     if not value.isprintable():
-        raise InvalidInput(f"{header}: no control characters")
+        raise InvalidInput(f"{header}: no control characters", field=header)
 
 
 async def authenticate(deps: Deps, secret: str, scope: str, who: ActAs | None) -> Acting:
@@ -160,9 +162,9 @@ async def add_key(
     name, wanted = _name(name), _scopes(scopes)
     if expires_at is not None:
         if expires_at.tzinfo is None:
-            raise InvalidInput("expires_at: a time with its offset")
+            raise InvalidInput("expires_at: a time with its offset", field="expires_at")
         if expires_at <= deps.clock.now():
-            raise InvalidInput("expires_at: a time in the future")
+            raise InvalidInput("expires_at: a time in the future", field="expires_at")
     async with deps.db.write() as conn:
         key_id, secret = await _insert(conn, deps, name, wanted, expires_at, None, by)
         row = await keys.get(conn, key_id)
@@ -196,10 +198,10 @@ async def _insert(
 
 def _name(name: str) -> str:
     if not isinstance(name, str):
-        raise InvalidInput("name: text")
+        raise InvalidInput("name: text", field="name")
     name = name.strip()
     if not 1 <= len(name) <= 64 or not name.isprintable():
-        raise InvalidInput("name: 1-64 printable characters")
+        raise InvalidInput("name: 1-64 printable characters", field="name")
     return name
 
 
@@ -208,9 +210,11 @@ def _scopes(scopes: Iterable[str]) -> str:
     wanted = set(scopes)
     unknown = sorted(str(s) for s in wanted - set(SCOPES))
     if unknown:
-        raise InvalidInput(f"scopes: unknown {', '.join(unknown)} (known: {', '.join(SCOPES)})")
+        raise InvalidInput(
+            f"scopes: unknown {', '.join(unknown)} (known: {', '.join(SCOPES)})", field="scopes"
+        )
     if not wanted:
-        raise InvalidInput(f"scopes: at least one of {', '.join(SCOPES)}")
+        raise InvalidInput(f"scopes: at least one of {', '.join(SCOPES)}", field="scopes")
     return " ".join(s for s in SCOPES if s in wanted)
 
 

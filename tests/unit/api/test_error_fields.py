@@ -31,7 +31,7 @@ class Bad:
     path: str
     field: str | None
     call: dict[str, Any] = field(default_factory=dict)
-    who: str = "buyer"
+    who: str | None = "buyer"
     status: int = 422
     code: str = "invalid_input"
 
@@ -54,6 +54,7 @@ async def bad_requests(api: Api) -> list[Bad]:
     valid_from, valid_until = window(api)
     now = api.deps.clock.now()
     after_the_show = (now + timedelta(days=31)).isoformat()
+    key = await api.as_key("orders", None)
     return [
         # FastAPI's validation, by location
         Bad("a quantity of 0", "POST", "/api/orders", "body.lines[0].quantity",
@@ -101,6 +102,16 @@ async def bad_requests(api: Api) -> list[Bad]:
             {"json": {"provider": "manual"}}),
         Bad("a blank tracking number", "POST", f"/api/orders/{order_id}/ship",
             "body.tracking_no", {"json": {"carrier": "SF", "tracking_no": " "}}, who="seller"),
+        Bad("an unknown scope", "POST", "/api/admin/keys", "body.scopes",
+            {"json": {"name": "shop", "scopes": ["shipping"]}}, who="admin"),
+        Bad("a key expiring in the past", "POST", "/api/admin/keys", "body.expires_at",
+            {"json": {"name": "shop", "scopes": ["orders"],
+                      "expires_at": (now - timedelta(days=1)).isoformat()}}, who="admin"),
+        # the guard's headers, located though the route itself does not take them
+        Bad("a Dueflow-Act-As with a tab", "POST", "/api/orders", "header.Dueflow-Act-As",
+            {"json": {"goods_id": 1}, "headers": {**key, "Dueflow-Act-As": "a\tb"}}, who=None),
+        Bad("a Dueflow-Act-As-Name alone", "GET", "/api/me", "header.Dueflow-Act-As-Name",
+            {"headers": {**key, "Dueflow-Act-As-Name": "Wei"}}, who=None),
         # no one field
         Bad("a body that is not JSON", "POST", "/api/goods", None,
             {"content": b"{", "headers": {"Content-Type": "application/json"}}, who="seller",
