@@ -13,7 +13,7 @@ from starlette.requests import Request
 
 from dueflow.api import errors
 from dueflow.api.app import create_app
-from dueflow.api.common import EVERY_ROUTE, WITH_BODY, WITH_PARAMS
+from dueflow.api.common import EVERY_ROUTE, FOR_A_USER, WITH_BODY, WITH_PARAMS
 from dueflow.error_codes import ErrorCode, code_of
 from tests.unit.api import Api, shop_world
 
@@ -55,6 +55,9 @@ async def test_every_error_answer_of_every_route_names_its_codes(api):
                 continue
             every = {code for found in codes.values() for code in found}
             assert set(EVERY_ROUTE) <= every, (method, path)
+            # A key acting for nobody is refused on a route for a user, never on an admin's.
+            for_a_user = not path.startswith("/api/admin/")
+            assert (set(FOR_A_USER) <= every) is for_a_user, (method, path)
             if "requestBody" in operation:
                 assert set(WITH_BODY) <= every, (method, path)
             if operation.get("parameters"):
@@ -71,7 +74,14 @@ async def test_the_apps_own_answers_carry_registry_codes(api):
         ("GET", "/api/orders", "buyer", {"params": {"limit": "x"}}, 422, ErrorCode.INVALID_INPUT),
         ("POST", "/api/goods", "seller", {"content": b"x" * 70_000}, 413, ErrorCode.BODY_TOO_LARGE),
         ("GET", "/api/admin/summary", "buyer", {}, 403, ErrorCode.NOT_ALLOWED),
-    ]
+        # the guard's: a key without the scope, a key acting for nobody, a token acting for one
+        ("GET", "/api/orders", None, {"headers": await api.as_key("catalog", "buyer")}, 403,
+         ErrorCode.MISSING_SCOPE),
+        ("GET", "/api/orders", None, {"headers": await api.as_key("orders", None)}, 400,
+         ErrorCode.ACT_AS_REQUIRED),
+        ("GET", "/api/orders", "buyer", {"headers": {"Dueflow-Act-As": "host-seller"}}, 403,
+         ErrorCode.ACT_AS_NOT_ALLOWED),
+    ]  # fmt: skip
     for method, path, who, call, status, code in cases:
         answer = await api.call(method, path, who, **call)
         assert answer.status_code == status == code.status, (path, answer.text)

@@ -93,6 +93,7 @@ async def test_a_key_is_shown_once_listed_rotated_and_revoked(api):
     assert refused.json()["error"] == {
         "code": "unauthorized",
         "message": "the service key was revoked",
+        "field": None,
     }
     still = await api.call("GET", "/api/me", None, headers=by(new["secret"], "u-1"))
     assert still.status_code == 200
