@@ -79,6 +79,7 @@ def test_the_codes_clients_switch_on_keep_their_text():
         "wrong_merchant", "bad_request", "unauthorized", "forbidden", "method_not_allowed",
         "body_too_large", "http_error", "malformed_json", "internal_error", "bad_server",
         "server_lost", "missing_scope", "act_as_required", "act_as_not_allowed",
+        "unsafe_webhook_url", "idempotency_key_in_use",
     }  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """Every error the API answers is documented: in the OpenAPI document each 4xx and 5xx answer
 of each route is the error schema with the enum of codes it can carry (codes of the registry,
-of that status), and the answers the app makes itself (no route, wrong method, no token, a body
+of that status; both Idempotency-Key 409s on every route taking the header), and the answers the app makes itself (no route, wrong method, no token, a body
 too large, invalid input, a crash) carry registry codes."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from starlette.requests import Request
 
 from dueflow.api import errors
 from dueflow.api.app import create_app
-from dueflow.api.common import EVERY_ROUTE, FOR_A_USER, WITH_BODY, WITH_PARAMS
+from dueflow.api.common import EVERY_ROUTE, FOR_A_USER, KEYED, WITH_BODY, WITH_PARAMS
 from dueflow.error_codes import ErrorCode, code_of
 from tests.unit.api import Api, shop_world
 
@@ -44,7 +44,7 @@ async def test_every_error_answer_of_every_route_names_its_codes(api):
     spec = app.openapi()
     schema_enum = spec["components"]["schemas"]["ErrorDetail"]["properties"]["code"]["enum"]
     assert {code_of(text) for text in schema_enum} == {c for c in ErrorCode if c.status}
-    checked = 0
+    checked = keyed = 0
     for path, item in spec["paths"].items():
         for method, operation in item.items():
             codes = declared(operation)
@@ -62,8 +62,14 @@ async def test_every_error_answer_of_every_route_names_its_codes(api):
                 assert set(WITH_BODY) <= every, (method, path)
             if operation.get("parameters"):
                 assert set(WITH_PARAMS) <= every, (method, path)
+            # A route that takes an Idempotency-Key declares both of its 409s.
+            headers = {p["name"] for p in operation.get("parameters", []) if p["in"] == "header"}
+            if "Idempotency-Key" in headers:
+                assert set(KEYED) <= codes.get(409, set()), (method, path)
+                keyed += 1
             checked += 1
     assert checked > 30
+    assert keyed > 20
 
 
 async def test_the_apps_own_answers_carry_registry_codes(api):
