@@ -114,8 +114,7 @@ async def run(
     """Run the shop against the server at ``url``; True when every invariant held.
 
     Raises:
-        BadServer: ``url`` is not a usable dueflow server, or the token is not an admin's.
-        ServerLost: the server stopped answering during the run.
+        BadServer, ServerLost: as :func:`dueflow.demo._http_server.connected` says.
     """
     async with demo_http.connected(url, admin_token) as server:
         run_id = secrets.token_hex(3)

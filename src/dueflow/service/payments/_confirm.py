@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -62,14 +62,21 @@ AttemptCheck = Callable[[Row[Any] | None], None]
 AlsoWrite = Callable[[AsyncConnection, PaymentOutcome], Awaitable[None]]
 
 
+class Confirming(TypedDict):
+    """Who applies a payment (the timeline's actor) and the caller's own steps in its write
+    transaction (:data:`AttemptCheck`, :data:`AlsoWrite`)."""
+
+    actor: str
+    check: NotRequired[AttemptCheck | None]
+    also: NotRequired[AlsoWrite | None]
+
+
 async def confirm_payment(
     deps: Deps,
     payment: VerifiedPayment,
     *,
-    actor: str,
-    check: AttemptCheck | None = None,
-    also: AlsoWrite | None = None,
     busy_goes_ahead: bool = False,
+    **how: Unpack[Confirming],
 ) -> PaymentOutcome:
     """Apply a verified payment exactly once.
 
@@ -86,28 +93,24 @@ async def confirm_payment(
     """
     if not deps.locks.excludes:
         # The lock would keep nobody out: skip the read that only finds its key (the order id).
-        return await confirm_payment_locked(deps, payment, actor=actor, check=check, also=also)
+        return await confirm_payment_locked(deps, payment, **how)
     async with deps.db.read() as conn:
         known = await payments.by_pay_no(conn, payment.pay_no)
     if known is None:
-        if check is not None:
+        if (check := how.get("check")) is not None:
             check(None)
         raise NotFound(f"no payment attempt {payment.pay_no}")
     key = f"order:{known.order_id}"
     async with locks.held(deps.locks, key, deps.lock_ttl, busy_goes_ahead=busy_goes_ahead):
-        return await confirm_payment_locked(deps, payment, actor=actor, check=check, also=also)
+        return await confirm_payment_locked(deps, payment, **how)
 
 
 async def confirm_payment_locked(
-    deps: Deps,
-    payment: VerifiedPayment,
-    *,
-    actor: str,
-    check: AttemptCheck | None = None,
-    also: AlsoWrite | None = None,
+    deps: Deps, payment: VerifiedPayment, **how: Unpack[Confirming]
 ) -> PaymentOutcome:
     """:func:`confirm_payment` for a caller that already holds the order's lock (locks are not
     re-entrant)."""
+    actor, check, also = how["actor"], how.get("check"), how.get("also")
     now = deps.clock.now()
     async with deps.db.write() as conn:
         # One statement: the attempt and its order (both locked), the order's type for the move.
