@@ -22,7 +22,12 @@ from tests.unit.test_webhook import REMINDER, SECRET, Hook, check_signature, hoo
 BODY = b'{"id":"evt_1","type":"place"}'
 
 
-@pytest.mark.parametrize("secret", [signing.new_secret(), "whsec_" + "A" * 32, SECRET])
+# The ids are fixed: a secret made at collection would differ between pytest-xdist's processes.
+@pytest.mark.parametrize(
+    "secret",
+    [signing.new_secret(), "whsec_" + "A" * 32, SECRET],
+    ids=["new", "whsec-fixed", "plain"],
+)
 def test_our_signature_is_the_librarys(secret):
     key = secret if signing.is_standard(secret) else secret.encode()
     at = 1_767_225_600
