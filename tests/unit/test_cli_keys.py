@@ -12,6 +12,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from dueflow import bootstrap, cli
+from dueflow.cli import _common
 from dueflow.config import Settings
 from dueflow.service import keys
 from tests.conftest import table_snapshot
@@ -22,6 +23,9 @@ def run(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("DUEFLOW_DATABASE_URL", settings.database_url)
     monkeypatch.setenv("DUEFLOW_PROFILE", "prod")
     runner = CliRunner(env={"COLUMNS": "200"})  # a table's line each, unwrapped
+    # The command line's console took its width when first imported (80 without a terminal,
+    # perhaps by another test): a table's line each, unwrapped, whatever ran before.
+    monkeypatch.setattr(_common.out, "width", 200)
     return lambda *args: runner.invoke(cli.app, list(args))
 
 

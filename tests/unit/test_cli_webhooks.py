@@ -14,6 +14,7 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from dueflow import cli
+from dueflow.cli import _common
 from dueflow.config import Settings
 from dueflow.service import accounts, events, orders
 from dueflow.store import webhook_endpoints as endpoint_store
@@ -33,6 +34,9 @@ def run(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Run:
     monkeypatch.setenv("DUEFLOW_DATABASE_URL", settings.database_url)
     monkeypatch.setenv("DUEFLOW_PROFILE", "prod")
     monkeypatch.setenv("COLUMNS", "200")
+    # The command line's console took its width when first imported (80 without a terminal,
+    # perhaps by another test): a table's line each, unwrapped, whatever ran before.
+    monkeypatch.setattr(_common.out, "width", 200)
     runner = CliRunner()
 
     def invoke(*args: str) -> Result:
