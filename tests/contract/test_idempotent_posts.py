@@ -482,7 +482,10 @@ async def test_requests_at_once_with_one_key_have_one_effect(api, path, monkeypa
     }
     for busy in answers:
         if busy.status_code != case.status:
-            fails(busy, 409, "idempotency_key_in_use")
+            # Placing's repeats race into its transaction: on MariaDB the unique key's lock wait
+            # can end one of them as a deadlock, answered 409 busy (try again), nothing done.
+            codes = ["idempotency_key_in_use"] + (["busy"] if case.races_into_the_use_case else [])
+            assert busy.status_code == 409 and busy.json()["error"]["code"] in codes, busy.text
     assert _added(counts, await _row_counts(api)) == one_adds
     if not case.races_into_the_use_case:
         assert runs == [1]
