@@ -25,7 +25,7 @@ from sqlalchemy import func, select
 from dueflow import bootstrap
 from dueflow.config import Settings
 from dueflow.domain.lifecycle import CANCELLED_STATUSES, LIFECYCLES, OrderEvent, OrderStatus
-from dueflow.domain.timers import TimerKind, TimerState
+from dueflow.domain.timers import MESSAGES, TimerKind, TimerState
 from dueflow.service import report
 from dueflow.store import payments as pay_store
 from dueflow.store import schema
@@ -61,6 +61,8 @@ DEADLINE_KINDS = frozenset(
         TimerKind.AUTO_REVIEW.value,
     }
 )
+#: The deadline kinds that are messages (domain.timers.MESSAGES): their overload bound is looser.
+MESSAGE_KINDS = frozenset(k.value for k in MESSAGES) & DEADLINE_KINDS
 #: The order events a deadline causes, and the order column holding that deadline.
 TIMEOUT_EVENTS = {
     OrderEvent.PAY_TIMEOUT.value: "pay_deadline",
@@ -90,12 +92,29 @@ class Bounds:
     grace: float  # DUEFLOW_SCAN_GRACE
     slack: float = 3.0  # commit and processing time on a loaded 2-core machine
     early_tolerance: float = 0.2  # clock sync error between processes (seconds)
+    #: An overload leg's bounds: how much later a must-happen deadline, and a message, may be.
+    overload: float = 0.0
+    message_overload: float = 0.0
 
     @property
     def late_limit(self) -> float:
-        """The latest a deadline may be acted on, in seconds after it: the scanner's next pass
-        finds a timer whose worker died once its lease has run out."""
+        """The latest a deadline may be acted on in a quiet leg, in seconds after it: the
+        scanner's next pass finds a timer whose worker died once its lease has run out."""
         return self.scan_interval + self.lease + self.grace + self.slack
+
+    @property
+    def must_limit(self) -> float:
+        """The latest a must-happen deadline (a cancel, a receipt, a review) may be acted on."""
+        return self.late_limit + self.overload
+
+    @property
+    def message_limit(self) -> float:
+        """The latest a message (a pay reminder) may be sent."""
+        return self.late_limit + self.message_overload
+
+    def limit(self, kind: str) -> float:
+        """The bound of a timer kind or a timeout event."""
+        return self.message_limit if kind in MESSAGE_KINDS else self.must_limit
 
 
 class _Check:
@@ -394,7 +413,7 @@ def _unanswered_starts(tables: _Tables, bounds: Bounds) -> dict[int, datetime]:
         order_id = int(payment["order_id"])
         if payment["start_answer"] is None or order_id in unknown:
             until = payment["expires_at"] + UNANSWERED_START_MARGIN + RETRY_STEP
-            until += timedelta(seconds=bounds.late_limit)
+            until += timedelta(seconds=bounds.must_limit)
             held[order_id] = max(until, held.get(order_id, until))
     return held
 
@@ -409,7 +428,7 @@ def _too_late(
 ) -> bool:
     """Past the late limit, unless an unanswered payment start held this cancel (and it came
     within that hold's own limit)."""
-    if late <= bounds.late_limit:
+    if late <= bounds.limit(kind):
         return False
     return not (kind in HELD_BY_START and order_id in held and acted <= held[order_id])
 
@@ -448,6 +467,13 @@ def _moved_on(timer: Mapping[str, Any]) -> bool:
     return outcome.removeprefix("skipped: order is ") != _AWAITS.get(timer["kind"])
 
 
+def _limits(bounds: Bounds) -> str:
+    """The deadline bounds as the promise states them."""
+    if bounds.must_limit == bounds.message_limit:
+        return f"{bounds.must_limit:g} s"
+    return f"{bounds.must_limit:g} s (a pay reminder: {bounds.message_limit:g} s)"
+
+
 def _timers_on_time(
     tables: _Tables,
     bounds: Bounds,
@@ -459,9 +485,10 @@ def _timers_on_time(
     held = _unanswered_starts(tables, bounds)
     found = _Check(
         "timers_on_time",
-        f"Every deadline timer (pay reminder, cancels, receipt, review) was done no earlier "
-        f"than its deadline and at most {bounds.late_limit:g} s after it (an unpaid cancel held by a payment start never answered: by the attempt's "
-        f"expiry + 2 min + {bounds.late_limit:g} s).",
+        f"Every deadline timer (cancels, receipt, review; pay reminder) was done no earlier "
+        f"than its deadline and at most {_limits(bounds)} after it (an unpaid cancel held by a "
+        f"payment start never answered: by the attempt's expiry + 2 min + "
+        f"{bounds.must_limit:g} s).",
     )
     for timer in tables.timers:
         if timer["state"] != TimerState.DONE.value or timer["done_at"] is None:
@@ -487,7 +514,10 @@ def _timers_on_time(
             # skipped once the order moved on), as documented: it acted when the receiver
             # first took it, or, never taken, at its first send, which the timer does not keep.
             first = received.get((order_id, "pay_reminder"))
-            if first is None or (first - timer["deadline_at"]).total_seconds() <= bounds.late_limit:
+            if (
+                first is None
+                or (first - timer["deadline_at"]).total_seconds() <= bounds.message_limit
+            ):
                 continue
         if late < -bounds.early_tolerance or _too_late(
             timer["kind"], order_id, timer["done_at"], late, bounds, held
@@ -508,8 +538,9 @@ def _timeout_events_on_time(tables: _Tables, bounds: Bounds) -> _Check:
     found = _Check(
         "timeouts_on_time",
         f"Every pay, ship, receive and review timeout happened no earlier than the order's "
-        f"deadline and at most {bounds.late_limit:g} s after it (an unpaid cancel held by a payment start never answered: by the attempt's "
-        f"expiry + 2 min + {bounds.late_limit:g} s).",
+        f"deadline and at most {bounds.must_limit:g} s after it (an unpaid cancel held by a "
+        f"payment start never answered: by the attempt's expiry + 2 min + "
+        f"{bounds.must_limit:g} s).",
     )
     for event in tables.events:
         column = TIMEOUT_EVENTS.get(event["event"])
@@ -536,10 +567,10 @@ def _no_order_overdue(tables: _Tables, bounds: Bounds, now: datetime) -> _Check:
     """No order still waits in a status whose deadline passed more than the bound ago."""
     found = _Check(
         "no_order_overdue",
-        f"No order is left in a live status more than {bounds.late_limit:g} s past that "
+        f"No order is left in a live status more than {bounds.must_limit:g} s past that "
         f"status's deadline.",
     )
-    limit = timedelta(seconds=bounds.late_limit)
+    limit = timedelta(seconds=bounds.must_limit)
     for order in tables.orders.values():
         found.look()
         stage = LIFECYCLES[order["flow"]].stages.get(OrderStatus(order["status"]))

@@ -366,6 +366,21 @@ class Fleet:
         """Every dueflow process but the simulator."""
         return [*self.apis, *self.workers]
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU the running dueflow processes and the simulator have used (a
+        process restarted since counts from its restart)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for proc in [*self.processes(), *([self.sim] if self.sim else [])]:
+            if not proc.alive:
+                continue
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        return total
+
     def heal(self) -> None:
         """Resume what is frozen and start what is dead (the end of the chaos)."""
         if self.redis is not None and not self.redis.alive:

@@ -763,7 +763,8 @@ async def run_load(
     notifications asked for, late payments, paid-twice attempts, pay-on-close, payments the
     simulator refused because the trade was closed, cancels, ships, late ships, receipts,
     reviews, refunds approved and rejected, ``retries``, ``refused`` by code, ``errors`` by
-    exception type, and the ``seconds`` it all took."""
+    exception type, when the last order was placed (``placing_ended``), the people started, the
+    orders placed a second, and the ``seconds`` it all took."""
     loop = asyncio.get_running_loop()
     began = loop.time()
     stop = stop or asyncio.Event()
@@ -779,12 +780,19 @@ async def run_load(
         done = asyncio.Event()
         working = asyncio.create_task(operator.work(done))
         people = await _place_all(crowd, plan, stop, rng)
+        placing_ended = _now()
         await asyncio.gather(*people)
         unsettled = await _settle(crowd, SETTLE_LIMIT)
         done.set()
         await working
         left_processing = await _work_refunds(operator)
-    extra = {"unsettled_orders": unsettled, "refunds_processing_at_end": left_processing}
+    extra = {
+        "unsettled_orders": unsettled,
+        "refunds_processing_at_end": left_processing,
+        "placing_ended": placing_ended.isoformat(),
+        "people": len(people),
+        "placed_per_s": round(len(figures.order_ids) / plan.seconds, 2),
+    }
     return figures.as_json(loop.time() - began, extra)
 
 
@@ -807,7 +815,8 @@ async def _place_all(
             await asyncio.wait_for(places.acquire(), max(0.0, end - loop.time()))
         except TimeoutError:
             break
-        flow = rng.choice(plan.flows)
+        # Each flow once first (a short, slow run still places every flow), then at random.
+        flow = plan.flows[len(people)] if len(people) < len(plan.flows) else rng.choice(plan.flows)
         task = asyncio.create_task(
             crowd.person(len(people), flow, random.Random(rng.getrandbits(64)))
         )

@@ -89,6 +89,12 @@ HOW_JUDGED = [
     "- **Money.** The simulator is the provider's truth: every trade it took is the order's "
     "payment or a recorded discrepancy with a refund, no trade is refunded twice or beyond its "
     "amount, and every refund an operator approved ended succeeded or failed.",
+    "- **The overload leg** is judged by the overload's bounds: a must-happen deadline (a "
+    "cancel, a receipt, a review, and the timeout events they cause) may be 15 s later than the "
+    "quiet limit, a pay reminder (a message: a worker that is behind takes the must-happen "
+    "timers first) 60 s later, and the backlog (timers due more than the scan's grace ago and "
+    "not done, read every second) must be gone within 60 s of the last order placed. Every "
+    "other promise is the quiet legs'.",
     "- **A check that looked at nothing fails**: a promise never exercised is no promise kept.",
     "",
 ]
@@ -196,6 +202,7 @@ def render_markdown(legs: list[dict[str, Any]], *, plot_name: str, command: str)
         "",
         _fault_totals(legs),
         "",
+        *_pace_section(legs),
         *HOW_JUDGED,
         "## Lateness over the run",
         "",
@@ -440,6 +447,75 @@ def _summary_row(leg: Mapping[str, Any]) -> list[str]:
         str(sum(check.get("violations", 0) for check in checks)),
         "FAIL" if failures(leg) else "PASS",
     ]
+
+
+def _pace_section(legs: list[dict[str, Any]]) -> list[str]:
+    """What the machine measured before the legs, and the pace each leg ran at (nothing for
+    legs that carry no pace)."""
+    paced = [leg for leg in legs if leg.get("pace")]
+    if not paced:
+        return []
+    machine = paced[0]["pace"].get("machine", {})
+    out = ["## The machine, and the pace of each leg", ""]
+    out.append(
+        "Before the legs the soak measures what this machine can do: the place rate of each "
+        "database (`benchmarks/http_place.py`, as many API processes as the legs run) and the "
+        "herd rate of each leg's database and trigger (`benchmarks/herd.py`). A leg then runs "
+        "at a share of what the machine carries of the soak's load: share x min(place rate / "
+        "places a person costs, herd rate / timers a person arms) people a second, so a slow "
+        "machine and a fast one are loaded alike."
+    )
+    out.append("")
+    rows = [
+        [
+            f"place rate, {run.get('database', MISSING)}, {run.get('processes', MISSING)} API",
+            f"{_num(run.get('orders_per_s'))}/s, {_num(run.get('server_cpu_ms_per_order'))} ms "
+            f"CPU an order, p99 {_num(run.get('p99_ms'))} ms",
+        ]
+        for run in machine.get("place", {}).values()
+    ]
+    rows += [
+        [
+            f"herd rate, {name} ({run.get('trigger', MISSING)}, {run.get('workers', MISSING)} "
+            "workers)",
+            f"{_num(run.get('cancels_per_s'))} cancels/s ({_num(run.get('orders'))} orders), "
+            f"p99 {_num(run.get('lateness_p99_s'))} s",
+        ]
+        for name, run in machine.get("herd", {}).items()
+    ]
+    rows.append(["calibration took", f"{_num(machine.get('seconds'))} s"])
+    out += _table(["measured", "value"], rows)
+    out.append("")
+    out += _table(
+        [
+            "leg",
+            "share",
+            "people/s asked",
+            "orders placed/s",
+            "bound by",
+            "places a person costs (assumed)",
+            "places a person cost (measured)",
+        ],
+        [
+            [
+                _leg_name(leg),
+                f"{leg['pace'].get('share', 0):.0%}",
+                _num(leg["pace"].get("rate")),
+                _num(leg.get("load", {}).get("placed_per_s")),
+                _cell(leg["pace"].get("bound_by")),
+                _num(leg["pace"].get("person_cost")),
+                _num(leg.get("cpu", {}).get("places_per_person")),
+            ]
+            for leg in paced
+        ],
+    )
+    out += [
+        "",
+        "Measured cost: the fleet's CPU over the load a person, in the place benchmark's CPU an "
+        "order; only in a leg where no process was restarted (the overload leg).",
+        "",
+    ]
+    return out
 
 
 def _fault_totals(legs: list[dict[str, Any]]) -> str:

@@ -1,30 +1,38 @@
-"""The chaos soak (issue 14): the real system as a fleet, under load and faults, then checked.
+"""The chaos soak (issues 14 and 28): the real system as a fleet, under load and faults, then
+checked.
 
-``python -m tests.soak`` (``make soak``, about 30 minutes) runs three legs one after the other:
+``python -m tests.soak`` (``make soak``, about 35 minutes) first measures what the machine can do
+(:mod:`tests.soak.calibrate`: the place rate of each database, the herd rate of each leg's
+database and trigger), then runs four legs one after the other, each at a stated share of what
+the machine carries (:data:`SHARE`), so that a slow machine and a fast one are loaded alike:
 
 1. PostgreSQL + Redis (trigger, locks, seat cache): 2 API processes, 3 workers, one of them with
-   its clock 30 s fast; about 8,000 orders across the three flows in 16 minutes (8.5 a second:
-   at 11 to 14 the two cores saturated, API calls outlasted the 10 s pay deadlines and the run
-   measured the overload, not dueflow); 44 faults of every kind that applies.
+   its clock 30 s fast; 16 minutes at 40 % with 44 faults of every kind that applies.
 2. PostgreSQL + RabbitMQ (the trigger) with Redis for the locks and the seat cache: the same
    fleet for 4 minutes, with each kind of fault at least once (RabbitMQ's queues purged among
    them).
 3. SQLite: one ``dueflow serve`` with its worker inside, restarted and frozen, for 90 s.
+4. **Overload**: the fleet of leg 1, no faults, placing at 150 % of what the machine carries for
+   3 minutes, then no more. Its promises are every other leg's, but the lateness bounds are the
+   overload's (:data:`OVERLOAD_MUST_LATE` more for must-happen deadlines,
+   :data:`OVERLOAD_MESSAGE_LATE` for messages), and its backlog (timers due and not done) drained
+   within :data:`OVERLOAD_DRAIN` of the last order placed.
 
-``python -m tests.soak --short`` (the test suite's version, about two minutes) runs leg 2 for
-one minute. Each leg: fresh database, the fleet started, the load generator and the chaos
-driver at once (faults at random moments, each at least a lease and a scan interval after the
-one before, so the lateness each causes is its own), then the fleet is healed (frozen
-processes resumed, dead ones started) and left to settle (every order final, every timer done,
-every event delivered), the simulator's records are read, the fleet stopped and the invariant
-checker run. Any violation fails the run with its evidence; the full run writes
-docs/reliability.md and its plot.
+``python -m tests.soak --short`` (the test suite's version, about three minutes) calibrates the
+same way, briefly, and runs leg 2 for one minute. Each leg: fresh database, the fleet started,
+the load generator and the chaos driver at once (faults at random moments, each at least a lease
+and a scan interval after the one before, so the lateness each causes is its own), then the
+fleet is healed (frozen processes resumed, dead ones started) and left to settle (every order
+final, every timer done, every event delivered), the simulator's records are read, the fleet
+stopped and the invariant checker run. Any violation fails the run with its evidence; the full
+run writes docs/reliability.md and its plot.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import secrets
@@ -40,7 +48,7 @@ from sqlalchemy import func, select
 
 from dueflow.store.db import Database
 from dueflow.store.schema import event_deliveries, order_events, orders, refunds, timers
-from tests.soak import checker, report
+from tests.soak import calibrate, checker, report
 from tests.soak.chaos import FAULTS as FAULT_KINDS
 from tests.soak.chaos import Chaos
 from tests.soak.fleet import Fleet, LegConfig
@@ -81,16 +89,46 @@ FREEZE_SPAN = timedelta(seconds=FREEZE + 1)
 CHAOS_AFTER_LOAD = 120.0
 #: The longest a leg waits, after the load, for every order to end and every timer to be done.
 SETTLE = 240.0
+#: The share of what the machine carries (tests.soak.calibrate) a leg runs at, and the
+#: overload leg's.
+SHARE, OVERLOAD_SHARE = 0.4, 1.5
+#: How much later than the quiet bound a must-happen deadline may be acted on in the overload
+#: leg, and a message (a pay reminder) sent: the overload's own bounds (seconds).
+OVERLOAD_MUST_LATE, OVERLOAD_MESSAGE_LATE = 15.0, 60.0
+#: The overload leg's backlog (timers due more than a scan's grace ago and not done) is gone
+#: within this long of the last order placed (seconds).
+OVERLOAD_DRAIN = 60.0
 
 
 @dataclass(frozen=True)
 class Leg:
-    """One leg: what it runs on, how long it places orders, how fast, how many faults."""
+    """One leg: what it runs on, how long it places orders, at what share of what the machine
+    carries (:mod:`tests.soak.calibrate`), how many faults; an overload leg is judged by the
+    overload's bounds."""
 
     config: LegConfig
     seconds: float
-    rate: float
+    share: float
     faults: int
+    overload: bool = False
+    #: The leg whose herd rate this one's pace is made of (its own by default).
+    calibrated_as: str = ""
+
+    def target(self, database: str, tag: str) -> calibrate.Target:
+        """What the calibration measures for this leg: a scratch database and trigger prefix
+        of its own."""
+        config = self.config
+        trigger = config.trigger_url.replace(f"soak-{tag}", f"soakcal-{tag}")
+        if config.own_redis and trigger.startswith("redis"):
+            trigger = f"{REDIS}/13?prefix=soakcal-{tag}"
+        return calibrate.Target(
+            leg=self.calibrated_as or config.name,
+            database="sqlite" if config.sqlite else "postgres",
+            database_url="" if config.sqlite else f"{PG}/{database}_calib",
+            trigger_url=trigger,
+            api=1 if config.sqlite else config.api,
+            workers=config.workers,
+        )
 
 
 def legs(short: bool, tag: str, database: str) -> list[Leg]:
@@ -110,24 +148,28 @@ def legs(short: bool, tag: str, database: str) -> list[Leg]:
         own_redis=True,
     )
     if short:
-        return [Leg(on_rabbitmq, seconds=60, rate=5, faults=6)]
+        return [Leg(on_rabbitmq, seconds=60, share=SHARE, faults=6)]
+    on_redis = LegConfig(
+        "postgresql-redis",
+        "PostgreSQL + Redis (a redis-server of its own, restarted by the chaos), 2 API "
+        "processes, 3 workers (one 30 s fast)",
+        f"{PG}/{database}",
+        trigger_url=redis,
+        redis_url=f"{REDIS}/13",
+        settings=SETTINGS,
+        own_redis=True,
+    )
+    overloaded = LegConfig(
+        **{
+            **vars(on_redis),
+            "name": "overload",
+            "title": f"the fleet of postgresql-redis, no faults, at {OVERLOAD_SHARE:.0%} of what "
+            "the machine carries, then no more orders",
+        }
+    )
     return [
-        Leg(
-            LegConfig(
-                "postgresql-redis",
-                "PostgreSQL + Redis (a redis-server of its own, restarted by the chaos), 2 API "
-                "processes, 3 workers (one 30 s fast)",
-                f"{PG}/{database}",
-                trigger_url=redis,
-                redis_url=f"{REDIS}/13",
-                settings=SETTINGS,
-                own_redis=True,
-            ),
-            seconds=960,
-            rate=8.5,
-            faults=44,
-        ),
-        Leg(on_rabbitmq, seconds=240, rate=8, faults=8),
+        Leg(on_redis, seconds=960, share=SHARE, faults=44),
+        Leg(on_rabbitmq, seconds=240, share=SHARE, faults=8),
         Leg(
             LegConfig(
                 "sqlite",
@@ -139,8 +181,16 @@ def legs(short: bool, tag: str, database: str) -> list[Leg]:
                 settings=SETTINGS,
             ),
             seconds=90,
-            rate=6,
+            share=SHARE,
             faults=4,
+        ),
+        Leg(
+            overloaded,
+            seconds=180,
+            share=OVERLOAD_SHARE,
+            faults=0,
+            overload=True,
+            calibrated_as=on_redis.name,
         ),
     ]
 
@@ -208,8 +258,71 @@ async def settle(database_url: str, seconds: float) -> dict[str, Any]:
     return left
 
 
-async def run_leg(leg: Leg, workdir: Path, seed: int) -> dict[str, Any]:
-    """One leg from a fresh database to its checked result."""
+async def watch_backlog(
+    database_url: str, samples: list[tuple[datetime, int]], stop: asyncio.Event
+) -> None:
+    """Every second until ``stop``: how many timers are due more than a scan's grace ago and
+    not done (scheduled or claimed), with when it was read."""
+    db = Database.from_url(database_url)
+    try:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):  # a read that fails is a sample missed
+                async with db.report() as conn:
+                    now = datetime.now(UTC)
+                    overdue = now - timedelta(seconds=GRACE)
+                    count = await conn.scalar(
+                        select(func.count()).where(
+                            timers.c.state.in_(("scheduled", "claimed")),
+                            timers.c.due_at < overdue,
+                        )
+                    )
+                samples.append((now, int(count or 0)))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+    finally:
+        await db.dispose()
+
+
+def drained(samples: list[tuple[datetime, int]], placing_ended: datetime) -> dict[str, Any]:
+    """The backlog's figures: its peak, and how long after the last order placed it was last
+    seen above zero (0 when it never was after)."""
+    last = max((at for at, count in samples if count > 0), default=None)
+    after = 0.0 if last is None else max(0.0, (last - placing_ended).total_seconds())
+    return {
+        "samples": len(samples),
+        "peak": max((count for _, count in samples), default=0),
+        "drained_after_s": round(after, 1),
+        "limit_s": OVERLOAD_DRAIN,
+    }
+
+
+def cpu_figures(
+    fleet: Fleet, began: float, ended: float, persons: int, place: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The fleet's CPU over the load, a person's share of it, and that share in places of the
+    place benchmark (what :data:`calibrate.PERSON_COST` stands for); only where no process
+    was restarted (a restart loses what the dead process used)."""
+    restarted = any(p.starts > 1 for p in fleet.processes())
+    if restarted or not persons:
+        return {"measured": False, "why": "processes restarted" if restarted else "no orders"}
+    used = ended - began
+    per_person_ms = 1000 * used / persons
+    figures: dict[str, Any] = {
+        "measured": True,
+        "cpu_s": round(used, 1),
+        "persons": persons,
+        "cpu_ms_per_person": round(per_person_ms, 1),
+    }
+    if place:
+        figures["places_per_person"] = round(per_person_ms / place["server_cpu_ms_per_order"], 1)
+    return figures
+
+
+async def run_leg(
+    leg: Leg, pace: dict[str, Any], workdir: Path, seed: int, place: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One leg from a fresh database to its checked result, at ``pace['rate']`` people a second
+    (:func:`calibrate.leg_rate`); ``place``: the calibration's place run on its database."""
     config = leg.config
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     if config.sqlite:
@@ -223,15 +336,32 @@ async def run_leg(leg: Leg, workdir: Path, seed: int) -> dict[str, Any]:
         try:
             await asyncio.to_thread(fleet.start)
             chaos = Chaos(fleet, rng, freeze_seconds=FREEZE)
-            bounds = checker.Bounds(scan_interval=SCAN_INTERVAL, lease=LEASE, grace=GRACE)
+            bounds = checker.Bounds(
+                scan_interval=SCAN_INTERVAL,
+                lease=LEASE,
+                grace=GRACE,
+                overload=OVERLOAD_MUST_LATE if leg.overload else 0.0,
+                message_overload=OVERLOAD_MESSAGE_LATE if leg.overload else 0.0,
+            )
             # A fault's lateness is over once a lost timer was found by a scan (grace and a scan
             # interval) and a dead claimer's lease ran out before the next scan.
             apart = GRACE + 2 * SCAN_INTERVAL + LEASE
-            plan = chaos.schedule(leg.faults, leg.seconds, apart=apart)
+            plan = chaos.schedule(leg.faults, leg.seconds, apart=apart) if leg.faults else []
             stop_chaos = asyncio.Event()
             chaos_task = asyncio.create_task(chaos.run(plan, stop_chaos))
+            samples: list[tuple[datetime, int]] = []
+            stop_watch = asyncio.Event()
+            watching = asyncio.create_task(watch_backlog(config.database_url, samples, stop_watch))
             target = Target(fleet.api_urls, fleet.sim_url, fleet.admin_token)
-            load = await run_load(target, Plan(seconds=leg.seconds, rate=leg.rate, seed=seed))
+            cpu_began = await asyncio.to_thread(fleet.cpu_seconds)
+            load = await run_load(target, Plan(seconds=leg.seconds, rate=pace["rate"], seed=seed))
+            cpu = cpu_figures(
+                fleet,
+                cpu_began,
+                await asyncio.to_thread(fleet.cpu_seconds),
+                len(load["order_ids"]),
+                place,
+            )
             # The plan runs to its end (its last faults may fall after the last order placed,
             # while the last people finish), bounded.
             await asyncio.wait([chaos_task], timeout=CHAOS_AFTER_LOAD)
@@ -239,6 +369,8 @@ async def run_leg(leg: Leg, workdir: Path, seed: int) -> dict[str, Any]:
             await chaos_task
             await asyncio.to_thread(fleet.heal)
             left = await settle(config.database_url, SETTLE)
+            stop_watch.set()
+            await watching
             async with httpx.AsyncClient(timeout=30) as client:
                 sim_state = (await client.get(f"{fleet.sim_url}/control/state")).json()
             status = await asyncio.to_thread(fleet.status)
@@ -263,15 +395,34 @@ async def run_leg(leg: Leg, workdir: Path, seed: int) -> dict[str, Any]:
             "evidence": [] if left["settled"] else [f"left after {SETTLE:.0f} s: {left}"],
         }
     )
-    checks.append(
-        {
-            "name": "chaos_injected",
-            "promise": "every fault the plan named was injected",
-            "checked": len(plan),
-            "violations": len(plan) - sum(1 for f in chaos.faults if f["kind"] in FAULT_KINDS),
-            "evidence": [],
-        }
-    )
+    if plan:
+        checks.append(
+            {
+                "name": "chaos_injected",
+                "promise": "every fault the plan named was injected",
+                "checked": len(plan),
+                "violations": len(plan) - sum(1 for f in chaos.faults if f["kind"] in FAULT_KINDS),
+                "evidence": [],
+            }
+        )
+    backlog = drained(samples, datetime.fromisoformat(load["placing_ended"]))
+    if leg.overload:
+        late = backlog["drained_after_s"] > OVERLOAD_DRAIN
+        checks.append(
+            {
+                "name": "backlog_drained",
+                "promise": f"the timers due and not done were gone within {OVERLOAD_DRAIN:g} s "
+                "of the last order placed",
+                "checked": backlog["samples"],
+                "violations": int(late),
+                "evidence": [
+                    f"backlog last seen {backlog['drained_after_s']} s after the last "
+                    f"order placed (peak {backlog['peak']})"
+                ]
+                if late
+                else [],
+            }
+        )
     (workdir / "status.txt").write_text(status)
     return {
         "name": config.name,
@@ -291,13 +442,18 @@ async def run_leg(leg: Leg, workdir: Path, seed: int) -> dict[str, Any]:
             "exit_codes": exits,
         },
         "settings": dict(config.settings),
+        "pace": pace,
+        "overload": leg.overload,
+        "cpu": cpu,
+        "backlog": backlog,
         "load": load,
         "faults": chaos.faults,
         "checks": checks,
         "lateness": checked["lateness"],
         "figures": checked["figures"],
         "bounds": {
-            "late_limit": bounds.late_limit,
+            "late_limit": bounds.must_limit,
+            "message_late_limit": bounds.message_limit,
             "scan_interval": SCAN_INTERVAL,
             "lease": LEASE,
             "grace": GRACE,
@@ -329,13 +485,26 @@ async def main_async(args: argparse.Namespace) -> int:
         for leg in legs(args.short, tag, args.database)
         if leg.config.name in args.legs or not args.legs
     ]
+    targets = [leg.target(args.database, tag) for leg in chosen]
+    if any(t.database == "postgres" for t in targets):
+        await fresh_postgres(f"{PG}/{args.database}_calib")
+    machine = await calibrate.measure(
+        targets,
+        place_seconds=4 if args.short else 10,
+        herd_orders=2_000 if args.short else 20_000,
+    )
+    print(f"soak: the machine: {json.dumps(machine)}", flush=True)
     results = []
-    for i, leg in enumerate(chosen):
+    for i, (leg, target) in enumerate(zip(chosen, targets, strict=True)):
+        pace = calibrate.leg_rate(machine, target, leg.share)
+        pace["machine"] = machine
         print(
-            f"soak: leg {leg.config.name}: {leg.seconds:.0f} s at {leg.rate}/s, {leg.faults} faults",
+            f"soak: leg {leg.config.name}: {leg.seconds:.0f} s at {pace['rate']}/s"
+            f" ({leg.share:.0%} of what the machine carries), {leg.faults} faults",
             flush=True,
         )
-        result = await run_leg(leg, workdir / leg.config.name, args.seed + i)
+        place = machine["place"][f"{target.database}x{target.api}"]
+        result = await run_leg(leg, pace, workdir / leg.config.name, args.seed + i, place)
         results.append(result)
         path = workdir / f"{leg.config.name}.json"
         await asyncio.to_thread(path.write_text, json.dumps(result, indent=1, default=str))

@@ -82,7 +82,7 @@ class History:
             self.url,
             changes.get("sim", self.sim),
             changes.get("deliveries", self.deliveries),
-            BOUNDS,
+            changes.get("bounds", BOUNDS),
             frozen=changes.get("frozen", ()),
         )
 
@@ -237,6 +237,24 @@ async def test_a_deadline_acted_on_late(history):
     timer = (t.order_id == history.unpaid) & (t.kind == "cancel_unpaid")
     await set_time(history, schema.timers, timer, "done_at", lambda done: done + late)
     found = failing(await history.run())
+    assert set(found) == {"timers_on_time"}
+    assert f"cancel_unpaid of order {history.unpaid}" in found["timers_on_time"][0]
+
+
+async def test_the_overload_bounds_judge_a_must_happen_deadline(history):
+    # Late by the quiet limit and a second: within the overload's 20 s more, past it by 21 s.
+    overload = dataclasses.replace(BOUNDS, overload=20.0, message_overload=60.0)
+    assert overload.must_limit == BOUNDS.late_limit + 20
+    assert overload.limit("pay_reminder") == BOUNDS.late_limit + 60
+    assert overload.limit("cancel_unpaid") == overload.limit("pay_timeout") == overload.must_limit
+    t = schema.timers.c
+    timer = (t.order_id == history.unpaid) & (t.kind == "cancel_unpaid")
+    late = timedelta(seconds=BOUNDS.late_limit + 1)
+    await set_time(history, schema.timers, timer, "done_at", lambda done: done + late)
+    assert failing(await history.run(bounds=overload)) == {}
+    later = timedelta(seconds=20)
+    await set_time(history, schema.timers, timer, "done_at", lambda done: done + later)
+    found = failing(await history.run(bounds=overload))
     assert set(found) == {"timers_on_time"}
     assert f"cancel_unpaid of order {history.unpaid}" in found["timers_on_time"][0]
 

@@ -284,3 +284,47 @@ def test_write_report_puts_the_plot_beside_the_markdown(tmp_path: Path):
 def test_no_leg_is_refused():
     with pytest.raises(ValueError, match="no leg"):
         render_markdown([], plot_name="soak.png", command=COMMAND)
+
+
+def test_markdown_has_the_machine_and_each_legs_pace():
+    leg = passing_leg()
+    leg["pace"] = {
+        "rate": 4.8,
+        "share": 0.4,
+        "bound_by": "place",
+        "person_cost": 50.0,
+        "machine": {
+            "place": {
+                "postgresx2": {
+                    "orders_per_s": 600.0,
+                    "server_cpu_ms_per_order": 2.0,
+                    "p99_ms": 90.0,
+                    "processes": 2,
+                    "database": "postgres",
+                }
+            },
+            "herd": {
+                "postgresql-redis": {
+                    "cancels_per_s": 3000,
+                    "orders": 20000,
+                    "lateness_p99_s": 6.5,
+                    "trigger": "redis",
+                    "workers": 2,
+                }
+            },
+            "seconds": 41.5,
+        },
+    }
+    leg["load"]["placed_per_s"] = 4.6
+    leg["cpu"] = {"measured": True, "places_per_person": 47.5}
+    text = render_markdown([leg, failing_leg()], plot_name="soak.png", command=COMMAND)
+    assert "## The machine, and the pace of each leg" in text
+    assert "| place rate, postgres, 2 API | 600.000/s, 2.000 ms CPU an order, p99 90.000 ms |" in (
+        text
+    )
+    assert "| herd rate, postgresql-redis (redis, 2 workers) | 3000 cancels/s (20000 orders)" in (
+        text
+    )
+    assert "| postgresql-redis | 40% | 4.800 | 4.600 | place | 50.000 | 47.500 |" in text
+    # a leg without a pace (an older result) has no row
+    assert "| sqlite | " not in text.split("## The machine")[1].split("## How")[0]
