@@ -6,9 +6,9 @@ Pages refresh their ``<main>`` every few seconds with a small script of our own
 with a redirect (post, redirect, get). Actions report back through a one-shot flash cookie.
 
 One module per area, each adding its pages with ``add_routes(routes, pages)``: ``session``
-(static files, login, logout), ``dashboard``, ``orders``, ``refunds`` (the queue and its
+(static files, login, logout), ``dashboard``, ``orders`` (the list, its CSV, one order), ``refunds`` (the queue and its
 actions), ``timers``, ``events`` (the webhook's replay and skip), ``webhooks`` (the webhook
-endpoints and their actions), ``shows``, ``shop`` and ``keys`` (service keys);
+endpoints and their actions), ``shows``, ``shop``, ``keys`` (service keys) and ``users``;
 ``site`` holds what they share (:class:`~dueflow.api.admin_pages.site.Pages`). The templates
 and static files are in ``api/templates`` and ``api/static``.
 """
@@ -30,6 +30,7 @@ from dueflow.api.admin_pages import (
     shop,
     shows,
     timers,
+    users,
     webhooks,
 )
 from dueflow.api.admin_pages.site import Pages
@@ -47,6 +48,7 @@ AREAS = (
     shows.add_routes,
     shop.add_routes,
     keys.add_routes,
+    users.add_routes,
 )
 
 

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from dueflow.api.admin_pages.site import HEADERS, Pages, id_of
 from dueflow.exceptions import NotFound
-from dueflow.service import accounts, shop, shop_overview
+from dueflow.service import accounts, people, shop, shop_overview
 from dueflow.service.accounts import User
 
 #: SKUs and flash sales on the list pages, newest first.
@@ -84,12 +84,14 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
             return await accounts.get_user(deps, found)
 
         async def render(admin: User, _: int, owner: User) -> Response:
+            coupons = await shop.coupons_of(deps, owner.id)
             return pages.page(
                 request,
                 "coupons.html",
                 user=admin,
                 owner=owner,
-                coupons=await shop.coupons_of(deps, owner.id),
+                coupons=coupons,
+                names=await people.names(deps, [c["seller_id"] for c in coupons]),
                 refresh=5,
             )
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from dueflow.api.admin_pages.site import Pages
-from dueflow.service import report, tickets
+from dueflow.service import people, report, tickets
 from dueflow.service.accounts import User
 
 #: Shows on the list page, newest first.
@@ -86,6 +86,7 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
                 "show.html",
                 user=user,
                 show=show,
+                names=await people.names(deps, [show["organizer_id"]]),
                 sections=seat_grid(seat_map),
                 orders=await tickets.show_orders(deps, found, ORDERS_LISTED),
                 limit=ORDERS_LISTED,
