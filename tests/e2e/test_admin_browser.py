@@ -295,3 +295,98 @@ def test_an_operator_reads_a_shows_seat_map_and_opens_a_seats_order(
         assert width <= 390, f"the phone page scrolls sideways ({width}px)"
         browser.close()
         assert served.stop() == 0
+
+
+def controls_outside(page: playwright_api.Page, where: str) -> list[str]:
+    """The fields, buttons and links under ``where`` that are not wholly inside the viewport's
+    width (seen only by scrolling sideways) or have no size, with their boxes."""
+    boxes = (
+        page.locator(where)
+        .locator("input, select, button, a")
+        .evaluate_all(
+            """elements => elements.map(el => {
+            const box = el.getBoundingClientRect();
+            return {
+                name: el.getAttribute('name') || el.textContent.trim(),
+                left: box.left, right: box.right, width: box.width, height: box.height,
+            };
+        })"""
+        )
+    )
+    assert boxes, f"no controls under {where}"
+    width = page.evaluate("innerWidth")
+    return [
+        f"{b['name']}: x {b['left']:.0f}-{b['right']:.0f} of {width}"
+        for b in boxes
+        if b["left"] < -0.5 or b["right"] > width + 0.5 or not (b["width"] and b["height"])
+    ]
+
+
+def test_an_operator_finds_orders_searches_them_and_exports_the_csv(
+    tmp_path: Path, chromium_path: Path, shots: Path
+) -> None:
+    with (
+        serve(tmp_path) as served,
+        api(served, "alice") as alice,
+        api(served, "bob") as bob,
+        playwright_api.sync_playwright() as pw,
+    ):
+        # bob buys two of alice's goods and pays for the second through Alipay.
+        placed = []
+        for title in ("kettle", "teapot"):
+            goods = alice.post("/api/goods", json={"title": title, "price": "20.00"}).json()
+            placed.append(bob.post("/api/orders", json={"goods_id": goods["id"]}).json()["id"])
+        unpaid, paid = placed
+        pay_through_alipay(served, bob, paid, "pending_shipment")
+        [payment] = bob.get(f"/api/orders/{paid}").json()["payments"]
+
+        browser = pw.chromium.launch(executable_path=str(chromium_path), args=FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        expect = playwright_api.expect
+        log_in(page, served, "/admin")
+
+        # The nav opens every order, newest first, the people named and linked.
+        page.click("header >> text=Orders")
+        rows = page.locator("#orders tbody tr")
+        expect(rows).to_have_count(2)
+        expect(rows.first).to_contain_text(f"#{paid}")
+        expect(rows.first.get_by_role("link", name="bob")).to_be_visible()
+        expect(rows.first.get_by_role("link", name="alice")).to_be_visible()
+        assert controls_outside(page, "#order-search") == []
+
+        # Kept to one status by the form; the CSV link carries the same filter.
+        page.select_option("#order-search select[name=status]", "pending_payment")
+        page.click("#order-search button[type=submit]")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_contain_text(f"#{unpaid}")
+        csv_link = page.locator("#orders-csv")
+        assert csv_link.get_attribute("href") == "/admin/orders.csv?status=pending_payment"
+        page.screenshot(path=str(shots / "admin-orders.png"), full_page=True)
+        with page.expect_download() as download:
+            csv_link.click()
+        lines = Path(download.value.path()).read_text().splitlines()
+        assert lines[0].startswith("order_id,status,flow")
+        assert [line.split(",")[0] for line in lines[1:]] == [str(unpaid)]
+
+        # The top bar's box finds an order by its payment number.
+        page.fill("header input[name=q]", payment["pay_no"])
+        page.press("header input[name=q]", "Enter")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_contain_text(f"#{paid}")
+        expect(page.locator("#order-search input[name=q]")).to_have_value(payment["pay_no"])
+        rows.first.get_by_role("link", name="bob").click()
+        expect(page.locator("h1")).to_contain_text("bob")
+        expect(page.locator("#bought")).to_contain_text("2 orders")
+
+        # On a phone: the list and a search, every control on screen, nothing sideways.
+        phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+        phone.context.add_cookies(page.context.cookies())
+        for path in ("/admin/orders", f"/admin/orders?q={payment['pay_no']}"):
+            phone.goto(f"{served.base}{path}")
+            expect(phone.locator("#orders tbody tr").first).to_be_visible()
+            assert controls_outside(phone, "main") == [], path
+            width = phone.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"{path} scrolls sideways on a phone ({width}px)"
+        phone.screenshot(path=str(shots / "admin-orders-phone.png"), full_page=True)
+        browser.close()
+        assert served.stop() == 0
