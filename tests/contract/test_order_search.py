@@ -9,9 +9,11 @@ import io
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import update
 
 from dueflow.exceptions import InvalidInput, NotFound
 from dueflow.service import keys, order_search, orders, payments, people, refunds
+from dueflow.store import schema
 from dueflow.store.order_search import OrderFilter
 from tests.conftest import START
 
@@ -20,6 +22,13 @@ async def ids(world, kept: OrderFilter, limit: int = 100) -> list[int]:
     page = await order_search.orders_page(world.deps, kept, after=None, limit=limit)
     assert page.next is None
     return [item["id"] for item in page.items]
+
+
+async def place(world, count: int) -> list[int]:
+    return [
+        await orders.place_order(world.deps, buyer_id=world.buyer, goods_id=await world.goods())
+        for _ in range(count)
+    ]
 
 
 async def csv_rows(world, kept: OrderFilter) -> list[list[str]]:
@@ -198,3 +207,33 @@ async def test_users_pages_a_user_with_their_orders_and_keys(shop):
         await people.user_page(world.deps, 10**9, orders_shown=1)
     names = await people.names(world.deps, [world.buyer, world.other, None, 10**9])
     assert names == {world.buyer: "buyer", world.other: "other"}
+
+
+async def test_a_span_of_times_is_paged_in_placing_order(shop):
+    """Kept to placing times, the list is newest first by placing time, then id: an order
+    numbered after another but placed before it (its time taken before its row was numbered)
+    comes after it, and a walk through the pages shows every order of the span once, ties of
+    one instant included."""
+    world, found = shop
+    late = await place(world, 3)  # all at day 3's instant: ties
+    async with world.deps.db.write() as conn:
+        await conn.execute(
+            update(schema.orders)
+            .where(schema.orders.c.id == late[1])
+            .values(created_at=START + timedelta(days=1, hours=1))
+        )
+    kept = order_search.order_filter({"from": "2026-03-01", "to": "2026-03-03"})
+    seen, after = [], None
+    while True:
+        page = await order_search.orders_page(world.deps, kept, after=after, limit=2)
+        seen += [o["id"] for o in page.items]
+        if page.next is None:
+            break
+        after = page.next
+    # day 3: the two left of the late ones, then the show's order (ids descending in the tie);
+    # day 2, an hour in: the one moved back; day 2: the refunded; day 1: the plain one
+    assert seen == [late[2], late[0], found["seats"], late[1], found["refunded"], found["plain"]]
+    text = "".join([chunk async for chunk in order_search.orders_csv(world.deps, kept)])
+    assert [int(r[0]) for r in list(csv.reader(io.StringIO(text)))[1:]] == seen
+    one_day = order_search.order_filter({"from": "2026-03-02", "to": "2026-03-02"})
+    assert await ids(world, one_day) == [late[1], found["refunded"]]

@@ -17,7 +17,7 @@ from tests.conftest import SERVICE_URLS, require_service
 from tests.contract.test_flow_migration import _schema_differences, _server_database
 from tests.contract.test_shop_migration import _downgrade
 
-NEW = {"ix_orders_status_id", "ix_orders_created_at"}
+NEW = {"ix_orders_status_id", "ix_orders_created_at_id"}
 
 
 def _own_name(server: str) -> str:

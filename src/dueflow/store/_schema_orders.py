@@ -69,10 +69,10 @@ orders = table_with_id(
     Index("ix_orders_buyer_id_status_id", "buyer_id", "status", "id"),
     Index("ix_orders_seller_id_id", "seller_id", "id"),
     Index("ix_orders_seller_id_status_id", "seller_id", "status", "id"),
-    # The operators' list of every order (store/order_search.py): in one status, newest first,
-    # as one range read; placed between two times, found by when placed.
+    # The operators' list of every order (store/order_search.py), newest first: in one status,
+    # and placed between two times (read in placing order), each page one range read.
     Index("ix_orders_status_id", "status", "id"),
-    Index("ix_orders_created_at", "created_at"),
+    Index("ix_orders_created_at_id", "created_at", "id"),
 )
 
 #: What each order holds, one row per thing held, kept for good (what was bought): goods, seats

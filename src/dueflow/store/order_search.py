@@ -4,11 +4,12 @@ filters (status, flow, buyer, seller, placed between two times) and to what a se
 buyer's and the seller's names joined in.
 
 A page is one statement, keyset on id as in :mod:`dueflow.store.lists`: ``WHERE <filters> AND
-id < :after ORDER BY id DESC LIMIT :limit + 1``. A search is a semi-join on the ids its four
+id < :after ORDER BY id DESC LIMIT :limit + 1``; kept to a span of placing times, keyset on
+(created_at, id) instead (:func:`page_query`). A search is a semi-join on the ids its four
 lookups find, each one probe of a unique index (``orders`` primary key, ``uq_payments_pay_no``,
 ``uq_refunds_refund_no``, ``uq_tickets_code``), so a search costs a few index probes whatever
-the table's size. Which index serves the filters is the database's choice; docs/design.md
-("Orders to find") has the plans on PostgreSQL.
+the table's size. Which index serves the filters is the database's choice; docs/admin.md
+("Orders to find: the reads") has the plans on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -17,8 +18,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, ScalarSelect, Select, literal, select, union_all
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    ScalarSelect,
+    Select,
+    literal,
+    select,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import UnaryExpression
 
 from dueflow.store.schema import orders, payments, refunds, tickets, users
 
@@ -121,13 +132,33 @@ def where(kept: OrderFilter) -> list[ColumnElement[bool]]:
     return conditions
 
 
+def by_time(kept: OrderFilter) -> bool:
+    """Whether the list is kept to a span of placing times, and so read in placing order."""
+    return kept.placed_from is not None or kept.placed_before is not None
+
+
 def page_query(kept: OrderFilter, *, after: int | None, limit: int) -> Select[Any]:
-    """The statement of one page: up to ``limit`` + 1 orders kept by ``kept`` below id
-    ``after``, newest first, each with its buyer's and seller's names."""
+    """The statement of one page: up to ``limit`` + 1 orders kept by ``kept`` after the order
+    ``after``, newest first, each with its buyer's and seller's names.
+
+    Newest first is by id, but by placing time (then id) when ``kept`` names a span of times:
+    a span long past is then one backward range read of (created_at, id), where by id the
+    database would read back from the newest order through every later one (ids follow placing
+    times only roughly, so no id bound could stand in for the span)."""
     conditions = where(kept)
-    if after is not None:
-        conditions.append(orders.c.id < after)
-    return _LISTED.where(*conditions).order_by(orders.c.id.desc()).limit(limit + 1)
+    if by_time(kept):
+        if after is not None:
+            at = select(orders.c.created_at).where(orders.c.id == after).scalar_subquery()
+            # The row comparison is the keyset; ``created_at <= at`` beside it bounds the range
+            # read on MariaDB, whose range optimizer leaves row comparisons out.
+            conditions.append(orders.c.created_at <= at)
+            conditions.append(tuple_(orders.c.created_at, orders.c.id) < tuple_(at, after))
+        order: tuple[UnaryExpression[Any], ...] = (orders.c.created_at.desc(), orders.c.id.desc())
+    else:
+        if after is not None:
+            conditions.append(orders.c.id < after)
+        order = (orders.c.id.desc(),)
+    return _LISTED.where(*conditions).order_by(*order).limit(limit + 1)
 
 
 async def orders_page(
