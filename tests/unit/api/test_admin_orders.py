@@ -160,6 +160,9 @@ async def test_people_are_named_where_their_ids_are_shown(client, world):
         f'id="order-people"><a href="/admin/users/{world.buyer}">buyer</a> / '
         f'<a href="/admin/users/{world.seller}">seller</a>'
     )
+    timeline = order.text[order.text.index('id="timeline"') :]
+    # the seller's cancel, by name; the provider's and the system's moves as they are
+    assert f'<td><a href="/admin/users/{world.seller}">seller</a></td>' in timeline
     show_id = await world.show(organizer=world.other)
     show = await client.get(f"/admin/shows/{show_id}")
     assert f'id="show-organizer"><a href="/admin/users/{world.other}">other</a>' in show.text

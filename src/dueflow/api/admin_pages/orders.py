@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from dueflow.api.admin_pages.site import HEADERS, Pages, id_of
-from dueflow.domain import lifecycle
+from dueflow.domain import events, lifecycle
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.exceptions import InvalidInput
 from dueflow.service import operations, order_search, orders, people
@@ -85,13 +85,16 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
             live = view["status"] not in FINAL_STATUSES or any(
                 t["state"] in operations.LIVE for t in view["timers"]
             )
-            names = await people.names(deps, (view["buyer_id"], view["seller_id"]))
+            actors = {e["actor"]: events.actor_of(e["actor"]) for e in view["timeline"]}
+            acting = [a["user_id"] for a in actors.values() if a["type"] == "user"]
+            names = await people.names(deps, (view["buyer_id"], view["seller_id"], *acting))
             return pages.page(
                 request,
                 "order.html",
                 user=user,
                 order=view,
                 names=names,
+                actors=actors,
                 refresh=2 if live else 0,
             )
 
