@@ -1,6 +1,6 @@
 """The RabbitMQ trigger's link to the broker: its settings, the connection (failing fast for
 ``RETRY_AFTER`` after a failed connect), the topology (the due queue and one fixed-TTL queue per
-level) and publishing (straight on the AMQP channel, confirms awaited together), with the state
+level, classic or quorum queues) and publishing (straight on the AMQP channel, confirms awaited together), with the state
 the consumer keeps beside them.
 
 Private to :mod:`dueflow.timers.rabbitmq`, whose :class:`~dueflow.timers.rabbitmq.RabbitTrigger`
@@ -27,18 +27,20 @@ from aio_pika.abc import (
 from aio_pika.exceptions import CONNECTION_EXCEPTIONS, ChannelInvalidStateError
 from aiormq import Channel as AmqpChannel
 from aiormq.abc import AbstractChannel, DeliveredMessage
+from aiormq.exceptions import ChannelPreconditionFailed
 from pamqp.commands import Basic
 
 from dueflow.clock import Clock, SystemClock
 from dueflow.exceptions import BackendUnavailable, ConfigError
 from dueflow.store.timers import Armed
-from dueflow.timers._rabbitmq_url import safe_url
+from dueflow.timers._rabbitmq_url import QUEUE_KINDS, queue_kind, safe_url
 from dueflow.timers._rabbitmq_wire import LEVELS_MS, _Held, _Tags, choose_level, encode
 from dueflow.timers.base import Trigger
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_PREFIX = "dueflow"
 DEFAULT_HORIZON = timedelta(hours=2)
+DEFAULT_QUEUES = QUEUE_KINDS[0]
 #: After a failed connection attempt, calls fail at once for this long instead of each waiting
 #: for the connection timeout (a black-holed broker must not slow every request down).
 RETRY_AFTER = 1.0
@@ -64,9 +66,11 @@ class RabbitLink(Trigger):
         prefetch: int = 2000,
         batch: int = 1000,
         redeliver_after: timedelta = timedelta(seconds=60),
+        queues: str = DEFAULT_QUEUES,
         clock: Clock | None = None,
     ) -> None:
-        """``clock`` tells the publishing side the time (``wait`` uses the clock it is given)."""
+        """``queues`` is the kind of queue declared (``classic`` or ``quorum``); ``clock`` tells
+        the publishing side the time (``wait`` uses the clock it is given)."""
         if not _PREFIX.fullmatch(prefix):
             raise ConfigError(
                 f"bad rabbitmq trigger prefix {prefix!r}: use letters, digits and _ . : -"
@@ -77,6 +81,7 @@ class RabbitLink(Trigger):
             raise ConfigError("the rabbitmq trigger's prefetch and batch must be positive")
         self.url = url
         self.prefix = prefix
+        self.queues = queue_kind(queues)
         self.horizon: timedelta | None = horizon
         self.connect_timeout = connect_timeout
         self.publish_timeout = publish_timeout
@@ -126,19 +131,55 @@ class RabbitLink(Trigger):
         level = choose_level(timer.due_at - now)
         return self.due_queue if level is None else self.level_queue(level)
 
+    def due_arguments(self) -> dict[str, str | int]:
+        """The due queue's arguments: none for a classic queue (as before quorum queues were
+        offered, so that queues declared then stay equivalent)."""
+        return {"x-queue-type": "quorum"} if self.queues == "quorum" else {}
+
+    def level_arguments(self, level_ms: int) -> dict[str, str | int]:
+        """A level queue's arguments: its TTL, dead-lettered to the due queue.
+
+        A quorum queue dead-letters at least once (it keeps an expired message until the due
+        queue has confirmed it; at most once, the default, may drop it on the way), which
+        RabbitMQ does only where the queue rejects publishes when full rather than drop its
+        head. No length limit is set, so nothing is ever rejected."""
+        arguments: dict[str, str | int] = {
+            **self.due_arguments(),
+            "x-message-ttl": level_ms,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": self.due_queue,
+        }
+        if self.queues == "quorum":
+            arguments["x-dead-letter-strategy"] = "at-least-once"
+            arguments["x-overflow"] = "reject-publish"
+        return arguments
+
     async def _declare(self, channel: AbstractRobustChannel) -> None:
         # The due queue first, so that nothing expires into a queue that is not there yet.
-        await channel.declare_queue(self.due_queue, durable=True)
+        await self._declare_queue(channel, self.due_queue, self.due_arguments())
         for ms in LEVELS_MS:
-            await channel.declare_queue(
-                self.level_queue(ms),
-                durable=True,
-                arguments={
-                    "x-message-ttl": ms,
-                    "x-dead-letter-exchange": "",
-                    "x-dead-letter-routing-key": self.due_queue,
-                },
-            )
+            await self._declare_queue(channel, self.level_queue(ms), self.level_arguments(ms))
+
+    async def _declare_queue(
+        self, channel: AbstractRobustChannel, name: str, arguments: dict[str, str | int]
+    ) -> None:
+        """Declare one durable queue (never exclusive nor auto-deleted: quorum queues refuse
+        both).
+
+        Raises:
+            BackendUnavailable: RabbitMQ refused it: a queue of that name exists with another
+                type or other arguments (a queue's type cannot change).
+        """
+        try:
+            await channel.declare_queue(name, durable=True, arguments=dict(arguments))
+        except ChannelPreconditionFailed as exc:
+            raise BackendUnavailable(
+                f"RabbitMQ refused the {self.queues} queue {name!r}: {exc}. A queue of that name "
+                f"exists with another type or other arguments, and a queue's type cannot change: "
+                f"delete this prefix's queues once no process uses them (rabbitmqctl "
+                f"delete_queue {name}, and the other {self.prefix}.* queues), or give the "
+                f"trigger another prefix (?prefix=...). See docs/deploy.md."
+            ) from exc
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -166,11 +207,13 @@ class RabbitLink(Trigger):
                 connection = await aio_pika.connect_robust(self.url, timeout=self.connect_timeout)
                 channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
                 await self._declare(channel)
-            except BROKER_ERRORS as exc:
+            except TROUBLE as exc:
                 self._down_until = time.monotonic() + RETRY_AFTER
                 if connection is not None:
                     with contextlib.suppress(*BROKER_ERRORS):
                         await connection.close()
+                if isinstance(exc, BackendUnavailable):
+                    raise
                 raise BackendUnavailable(
                     f"RabbitMQ at {safe_url(self.url)} is unavailable: {type(exc).__name__}: {exc}"
                 ) from exc

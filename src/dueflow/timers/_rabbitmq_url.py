@@ -1,5 +1,5 @@
-"""The ``rabbitmq`` trigger's URL: its own query options (prefix, horizon, timeouts, counts)
-taken out, the rest left for aio-pika; and the URL as logs may show it."""
+"""The ``rabbitmq`` trigger's URL: its own query options (prefix, horizon, timeouts, counts,
+the kind of queues) taken out, the rest left for aio-pika; and the URL as logs may show it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from dueflow.domain.deadlines import parse_duration
 from dueflow.exceptions import ConfigError
 
-_OUR_OPTIONS = ("prefix", "horizon", "connect_timeout", "redeliver_after", "prefetch", "batch")
+_OUR_OPTIONS = (
+    "prefix",
+    "horizon",
+    "connect_timeout",
+    "redeliver_after",
+    "prefetch",
+    "batch",
+    "queues",
+)
+#: The kinds of queue the trigger can declare (``?queues=``); the first is the default.
+QUEUE_KINDS = ("classic", "quorum")
 
 
 def parse_url(url: str) -> tuple[str, dict[str, Any]]:
@@ -40,6 +50,8 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
         options["connect_timeout"] = parse_duration(ours["connect_timeout"]).total_seconds()
     if "redeliver_after" in ours:
         options["redeliver_after"] = parse_duration(ours["redeliver_after"])
+    if "queues" in ours:
+        options["queues"] = queue_kind(ours["queues"])
     for name in ("prefetch", "batch"):
         if name in ours:
             options[name] = _positive_int(name, ours[name])
@@ -53,6 +65,19 @@ def safe_url(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def queue_kind(value: str) -> str:
+    """``value`` if it names a kind of queue the trigger can declare.
+
+    Raises:
+        ConfigError: it does not.
+    """
+    if value not in QUEUE_KINDS:
+        raise ConfigError(
+            f"the rabbitmq trigger's queues must be one of {', '.join(QUEUE_KINDS)}: {value!r}"
+        )
+    return value
 
 
 def _positive_int(name: str, value: str) -> int:

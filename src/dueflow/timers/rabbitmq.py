@@ -5,6 +5,12 @@ Topology (declared idempotently on first use, all durable)::
     {prefix}.delay.{ms}   one per level, x-message-ttl = ms, dead-lettered ("" exchange) to
     {prefix}.due          what the workers consume
 
+Classic queues by default; ``?queues=quorum`` declares replicated quorum queues instead
+(RabbitMQ 3.10+), whose levels dead-letter at least once (``x-dead-letter-strategy``, with
+``x-overflow=reject-publish`` as RabbitMQ requires for it). A queue's type cannot change: where a
+queue of the same name exists as the other kind, declaring fails with an error naming the queue
+and what to do (delete the prefix's queues, or use another prefix).
+
 A timer due in ``remaining`` is published, as a persistent message ``{"id", "due_at"}``, to the
 largest level not above ``remaining`` (straight to the due queue when it is below the smallest
 level). Every message of a level queue has the same TTL, so they expire in order and no message
@@ -28,7 +34,7 @@ held, in flight or not yet seen, single acks for the rest (see ``_Tags``).
 Only timers due within ``horizon`` are published; the feeder hands over the rest as they come
 near. Losing the queues costs lateness, never a deadline: the scanner fires what was lost.
 
-URL: ``amqp://user:pass@host:5672/vhost?prefix=dueflow&horizon=2h&connect_timeout=5s``
+URL: ``amqp://user:pass@host:5672/vhost?prefix=dueflow&horizon=2h&connect_timeout=5s&queues=quorum``
 (``amqps://`` for TLS; other query options go to aio-pika).
 """
 
@@ -54,6 +60,7 @@ from dueflow.timers._rabbitmq_link import BROKER_ERRORS, TROUBLE, RabbitLink
 # The settings' defaults, re-exported.
 from dueflow.timers._rabbitmq_link import DEFAULT_HORIZON as DEFAULT_HORIZON
 from dueflow.timers._rabbitmq_link import DEFAULT_PREFIX as DEFAULT_PREFIX
+from dueflow.timers._rabbitmq_link import DEFAULT_QUEUES as DEFAULT_QUEUES
 from dueflow.timers._rabbitmq_link import DEFAULT_URL as DEFAULT_URL
 from dueflow.timers._rabbitmq_link import PUBLISH_CHUNK as PUBLISH_CHUNK
 from dueflow.timers._rabbitmq_link import RETRY_AFTER as RETRY_AFTER
@@ -84,7 +91,8 @@ class RabbitTrigger(RabbitLink):
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> RabbitTrigger:
         """``amqp[s]://user:pass@host:port/vhost?prefix=..&horizon=2h&connect_timeout=5s``;
-        ``prefetch`` and ``batch`` take counts; other query options go to aio-pika.
+        ``prefetch`` and ``batch`` take counts, ``queues`` is ``classic`` (the default) or
+        ``quorum``; other query options go to aio-pika.
 
         Raises:
             ConfigError: Not an amqp:// URL, or a malformed option.
@@ -111,7 +119,9 @@ class RabbitTrigger(RabbitLink):
             channel = await self._connection.channel(publisher_confirms=False)
             try:
                 await channel.set_qos(prefetch_count=self.prefetch)
-                queue = await channel.declare_queue(self.due_queue, durable=True)
+                queue = await channel.declare_queue(
+                    self.due_queue, durable=True, arguments=dict(self.due_arguments())
+                )
                 await queue.consume(self._on_message, no_ack=False)
             except BaseException:
                 with contextlib.suppress(*BROKER_ERRORS):
