@@ -1,5 +1,6 @@
 """The ``rabbitmq`` trigger against a real RabbitMQ: delay levels, hops, order, horizon, wake-up,
-redelivery of un-acked messages, and the database staying the truth when the queues are lost.
+redelivery of un-acked messages, and the database staying the truth when the queues are lost;
+every test that talks to the broker runs on classic and on quorum queues.
 
 Each test declares its own queues under a fresh prefix and deletes them afterwards. Locally an
 unreachable RabbitMQ skips the tests that need it; in CI (CI=true) it fails them.
@@ -8,19 +9,15 @@ unreachable RabbitMQ skips the tests that need it; in CI (CI=true) it fails them
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aio_pika
 import pytest
-from aio_pika.abc import AbstractChannel, AbstractConnection
 from sqlalchemy import select
 
 from dueflow import bootstrap
@@ -37,114 +34,21 @@ from dueflow.timers import registry
 from dueflow.timers.rabbitmq import LEVELS_MS, RabbitTrigger, _Tags, choose_level
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import scan_once
-from tests.conftest import eventually, in_ci, require_service
+from tests.conftest import eventually
+from tests.contract import rabbit_kit
+from tests.contract.rabbit_kit import CLOCK, UNREACHABLE, URL, collect, depths, purge, spy_publishes
 
-URL = os.environ.get("DUEFLOW_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
-UNREACHABLE = "amqp://guest:guest@127.0.0.1:1/"
 MS = timedelta(milliseconds=1)
 US = timedelta(microseconds=1)
-CLOCK = SystemClock()
 
 rabbitmq = pytest.mark.rabbitmq
 
-
-# --- fixtures ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def admin() -> AsyncIterator[AbstractChannel]:
-    """A plain channel on the real RabbitMQ, for inspecting and purging queues."""
-    parts = urlsplit(URL)
-    require_service("RabbitMQ", parts.hostname or "127.0.0.1", parts.port or 5672)
-    try:
-        connection: AbstractConnection = await aio_pika.connect(URL, timeout=3)
-    except Exception as exc:  # the port answers but RabbitMQ does not
-        message = f"RabbitMQ at {URL} is unusable: {exc}"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        yield await connection.channel()
-    finally:
-        await connection.close()
-
-
-@pytest.fixture
-async def prefix(admin: AbstractChannel) -> AsyncIterator[str]:
-    """A fresh queue prefix; every queue under it is deleted at teardown."""
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    yield name
-    for queue in RabbitTrigger(prefix=name).queue_names:
-        await admin.queue_delete(queue)
-
-
-Factory = Callable[..., RabbitTrigger]
-
-
-@pytest.fixture
-async def make_trigger(prefix: str) -> AsyncIterator[Factory]:
-    """Triggers on the test's prefix, all closed at teardown (before the queues go)."""
-    made: list[RabbitTrigger] = []
-
-    def make(**options: Any) -> RabbitTrigger:
-        options.setdefault("url", URL)
-        options.setdefault("prefix", prefix)
-        trigger = RabbitTrigger(**options)
-        made.append(trigger)
-        return trigger
-
-    yield make
-    for trigger in made:
-        await trigger.close()
-
-
-async def depth(admin: AbstractChannel, queue: str) -> int:
-    declared = await admin.declare_queue(queue, passive=True)
-    count = declared.declaration_result.message_count
-    assert count is not None
-    return int(count)
-
-
-async def depths(admin: AbstractChannel, trigger: RabbitTrigger) -> dict[str, int]:
-    """Non-empty queues of ``trigger`` by name."""
-    found = {name: await depth(admin, name) for name in trigger.queue_names}
-    return {name: n for name, n in found.items() if n}
-
-
-async def purge(admin: AbstractChannel, names: Iterable[str]) -> None:
-    for name in names:
-        queue = await admin.declare_queue(name, passive=True)
-        await queue.purge()
-
-
-async def collect(
-    trigger: RabbitTrigger, want: set[int], *, within: float, ack: bool = True
-) -> dict[int, datetime]:
-    """Wait (in short bounded waits) until every id in ``want`` came out; when each came."""
-    got: dict[int, datetime] = {}
-    deadline = time.monotonic() + within
-    while not want <= got.keys() and time.monotonic() < deadline:
-        ids = await trigger.wait(CLOCK, CLOCK.now() + timedelta(milliseconds=200))
-        assert ids is not None
-        now = CLOCK.now()
-        for timer_id in ids:
-            got.setdefault(timer_id, now)
-        if ack and ids:
-            await trigger.ack(ids)
-    return got
-
-
-def spy_publishes(trigger: RabbitTrigger) -> list[str]:
-    """Record the queue of every message ``trigger`` publishes (first arm and re-arms)."""
-    queues: list[str] = []
-    publish = trigger._publish
-
-    async def recording(channel: Any, timer: Armed, queue: str) -> None:
-        queues.append(queue)
-        await publish(channel, timer, queue)
-
-    trigger._publish = recording  # type: ignore[method-assign]
-    return queues
+# The kit's fixtures, taken by name: a RabbitMQ channel, a fresh prefix, triggers on it, and the
+# kind of queue (each broker test runs on both).
+admin = rabbit_kit.admin
+prefix = rabbit_kit.prefix
+make_trigger = rabbit_kit.make_trigger
+queues = rabbit_kit.queues
 
 
 # --- the level choice (pure) ------------------------------------------------------------------
@@ -213,8 +117,9 @@ def test_choose_level_is_largest_not_above_for_every_millisecond_up_to_three_sec
 def test_from_url_takes_its_options_and_passes_the_rest_on():
     trigger = RabbitTrigger.from_url(
         "amqp://u:p@h:5673/vh?prefix=shop&horizon=30m&connect_timeout=2s&heartbeat=30&batch=7"
-        "&redeliver_after=5m"
+        "&redeliver_after=5m&queues=quorum"
     )
+    assert trigger.queues == "quorum"
     assert trigger.redeliver_after == 300
     assert trigger.prefix == "shop"
     assert trigger.horizon == timedelta(minutes=30)
@@ -226,6 +131,7 @@ def test_from_url_takes_its_options_and_passes_the_rest_on():
     assert trigger.queue_names[-1] == "shop.delay.7200000"
     default = RabbitTrigger.from_url("amqp://localhost")
     assert (default.prefix, default.horizon) == ("dueflow", timedelta(hours=2))
+    assert default.queues == "classic"
 
 
 def test_registry_knows_amqp_and_amqps():
@@ -240,6 +146,8 @@ def test_registry_knows_amqp_and_amqps():
         "amqp://localhost/?horizon=3x",
         "amqp://localhost/?horizon=0s",
         "amqp://localhost/?batch=0",
+        "amqp://localhost/?queues=lazy",
+        "amqp://localhost/?queues=",
         "redis://localhost/",
     ],
 )
@@ -567,15 +475,16 @@ def real_time_db(tmp_path: Path, migrated_template: Path) -> Path:
 
 
 @rabbitmq
-async def test_a_short_pay_deadline_fires_through_rabbitmq(real_time_db, prefix, admin):
+async def test_a_short_pay_deadline_fires_through_rabbitmq(real_time_db, prefix, queues, admin):
     settings = load_settings(
         database_url=f"sqlite:///{real_time_db}",
         pay_timeout="1s",
-        trigger_url=f"{URL}?prefix={prefix}",
+        trigger_url=f"{URL}?prefix={prefix}&queues={queues}",
     )
     async with bootstrap.running(settings, clock=SystemClock(), migrate_sqlite=False) as deps:
         trigger = deps.trigger
         assert isinstance(trigger, RabbitTrigger)
+        assert trigger.queues == queues
         seller, _ = await accounts.add_user(deps, "seller")
         buyer, _ = await accounts.add_user(deps, "buyer")
         goods_id = await accounts.add_goods(deps, seller_id=seller.id, title="lamp", price="3.00")
