@@ -96,6 +96,7 @@ class RabbitLink(Trigger):
         self._consumer: AbstractRobustChannel | None = None
         self._lock: asyncio.Lock | None = None
         self._down_until = 0.0  # monotonic; fail fast until then after a failed connect
+        self._down_because = ""  # why it failed, said again while failing fast
         self._closed = False
         # Consuming: the clock of the latest wait, messages due now (in arrival order), messages
         # due within the smallest level (by due time), and what was handed over, by timer id.
@@ -199,24 +200,27 @@ class RabbitLink(Trigger):
             if self._publisher is not None:
                 return self._publisher
             if time.monotonic() < self._down_until:
-                raise BackendUnavailable(
-                    f"RabbitMQ at {safe_url(self.url)} was unreachable just now"
-                )
+                raise BackendUnavailable(f"{self._down_because} (moments ago; not tried again)")
             connection: AbstractRobustConnection | None = None
             try:
                 connection = await aio_pika.connect_robust(self.url, timeout=self.connect_timeout)
                 channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
                 await self._declare(channel)
             except TROUBLE as exc:
+                failure = (
+                    exc
+                    if isinstance(exc, BackendUnavailable)
+                    else BackendUnavailable(
+                        f"RabbitMQ at {safe_url(self.url)} is unavailable: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                )
                 self._down_until = time.monotonic() + RETRY_AFTER
+                self._down_because = str(failure)
                 if connection is not None:
                     with contextlib.suppress(*BROKER_ERRORS):
                         await connection.close()
-                if isinstance(exc, BackendUnavailable):
-                    raise
-                raise BackendUnavailable(
-                    f"RabbitMQ at {safe_url(self.url)} is unavailable: {type(exc).__name__}: {exc}"
-                ) from exc
+                raise failure from exc
             self._connection = connection
             self._publisher = channel
             return channel
