@@ -1,4 +1,4 @@
-"""One trigger contract, run on db, redis and rabbitmq: a deadline is met within about a second
+"""One trigger contract, run on db, redis and rabbitmq (classic and quorum queues): a deadline is met within about a second
 by a running worker, a repeated delivery has one effect, and a trigger that lost everything costs
 lateness, never a deadline. Uses the real clock for the one-second deadlines (bounded waits for
 the worker task), the real Redis and RabbitMQ."""
@@ -33,6 +33,7 @@ AMQP = os.environ.get("DUEFLOW_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1
         pytest.param("db"),
         pytest.param("redis", marks=pytest.mark.redis),
         pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
+        pytest.param("rabbitmq-quorum", marks=pytest.mark.rabbitmq),
     ]
 )
 def trigger_url(request: pytest.FixtureRequest) -> str:
@@ -40,9 +41,10 @@ def trigger_url(request: pytest.FixtureRequest) -> str:
     if request.param == "redis":
         require_service("redis", "127.0.0.1", 6379)
         return f"{REDIS}?prefix={prefix}"
-    if request.param == "rabbitmq":
+    if request.param.startswith("rabbitmq"):
         require_service("rabbitmq", "127.0.0.1", 5672)
-        return f"{AMQP}?prefix={prefix}"
+        queues = "quorum" if request.param == "rabbitmq-quorum" else "classic"
+        return f"{AMQP}?prefix={prefix}&queues={queues}"
     return "db"
 
 
