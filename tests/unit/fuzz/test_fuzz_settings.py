@@ -30,7 +30,7 @@ VALID_URLS = [
     "redis://127.0.0.1:6379/0?horizon=1h&prefix=dueflow&lease=60s&batch=1000",
     "rediss://:secret@cache:6380/2?prefix=x",
     "amqp://guest:guest@127.0.0.1:5672/%2F?prefix=dueflow&horizon=2h&connect_timeout=5s",
-    "amqps://u:p@mq/vh?prefetch=10&batch=5&redeliver_after=30s&heartbeat=30",
+    "amqps://u:p@mq/vh?prefetch=10&batch=5&redeliver_after=30s&heartbeat=30&queues=quorum",
     "redis://127.0.0.1:6379/0?prefix=dueflow",
     "http://127.0.0.1:8000",
     "https://hooks.example/dueflow?token=1",
