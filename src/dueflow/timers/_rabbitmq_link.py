@@ -1,7 +1,7 @@
 """The RabbitMQ trigger's link to the broker: its settings, the connection (failing fast for
 ``RETRY_AFTER`` after a failed connect), the topology (the due queue and one fixed-TTL queue per
-level, classic or quorum queues) and publishing (straight on the AMQP channel, confirms awaited together), with the state
-the consumer keeps beside them.
+level, classic or quorum queues) and publishing (straight on the AMQP channel, confirms awaited
+together), with the state the consumer keeps beside them.
 
 Private to :mod:`dueflow.timers.rabbitmq`, whose :class:`~dueflow.timers.rabbitmq.RabbitTrigger`
 consumes on top of it and re-exports the settings' defaults.
@@ -172,7 +172,7 @@ class RabbitLink(Trigger):
                 type or other arguments (a queue's type cannot change).
         """
         try:
-            await channel.declare_queue(name, durable=True, arguments=dict(arguments))
+            await channel.declare_queue(name, durable=True, arguments=arguments)
         except ChannelPreconditionFailed as exc:
             raise BackendUnavailable(
                 f"RabbitMQ refused the {self.queues} queue {name!r}: {exc}. A queue of that name "

@@ -34,8 +34,8 @@ held, in flight or not yet seen, single acks for the rest (see ``_Tags``).
 Only timers due within ``horizon`` are published; the feeder hands over the rest as they come
 near. Losing the queues costs lateness, never a deadline: the scanner fires what was lost.
 
-URL: ``amqp://user:pass@host:5672/vhost?prefix=dueflow&horizon=2h&connect_timeout=5s&queues=quorum``
-(``amqps://`` for TLS; other query options go to aio-pika).
+URL: ``amqp://user:pass@host:5672/vhost?prefix=dueflow&horizon=2h&connect_timeout=5s``, with
+``&queues=quorum`` for quorum queues (``amqps://`` for TLS; other query options go to aio-pika).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class RabbitTrigger(RabbitLink):
             try:
                 await channel.set_qos(prefetch_count=self.prefetch)
                 queue = await channel.declare_queue(
-                    self.due_queue, durable=True, arguments=dict(self.due_arguments())
+                    self.due_queue, durable=True, arguments=self.due_arguments()
                 )
                 await queue.consume(self._on_message, no_ack=False)
             except BaseException:
