@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode
 
+from dueflow import redis_url
 from dueflow.clock import Clock, DatabaseClock, SystemClock
 from dueflow.config import Settings
 from dueflow.exceptions import ConfigError
@@ -143,7 +144,7 @@ def build_locks(settings: Settings, *, metrics: Metrics | None = None) -> Locks:
     database's conditional updates and row locks decide alone. Locks skipped while Redis is
     unreachable are counted in ``metrics``."""
     url = settings.locks_url or (
-        settings.trigger_url if settings.trigger_url.startswith(("redis://", "rediss://")) else None
+        settings.trigger_url if redis_url.is_redis(settings.trigger_url) else None
     )
     if url is None:
         return NoLocks()
@@ -160,7 +161,7 @@ def build_seat_cache(settings: Settings, *, metrics: Metrics | None = None) -> S
     a ``redis://`` trigger (with the trigger's key prefix, so two deployments sharing a Redis
     keep their shows apart); without Redis, none (the database answers every seat map)."""
     url = settings.seat_cache_url or settings.locks_url
-    if url is None and settings.trigger_url.startswith(("redis://", "rediss://")):
+    if url is None and redis_url.is_redis(settings.trigger_url):
         base, _, query = settings.trigger_url.partition("?")
         prefix = dict(parse_qsl(query)).get("prefix")
         url = f"{base}?{urlencode({'prefix': prefix})}" if prefix else base

@@ -6,14 +6,13 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-import redis.asyncio as aioredis
-from redis.asyncio.client import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
+from dueflow import redis_url
 from dueflow.exceptions import BackendUnavailable, ConfigError
 from dueflow.locks.base import DEFAULT_WAIT, Bypasses, Locks, new_token
 
@@ -37,7 +36,7 @@ if held == ARGV[1] then
 end
 return 0
 """
-REDIS_ERRORS = (RedisError, OSError)
+REDIS_ERRORS = (RedisError, RedisClusterException, OSError)
 #: After Redis could not be reached, locks are skipped without asking it for this long, so an
 #: outage costs at most one connect timeout per this interval, not one per request.
 RECHECK_AFTER = timedelta(seconds=1)
@@ -67,7 +66,7 @@ class RedisLocks(Locks):
         self.wait = wait
         self.bypasses = bypasses or Bypasses()
         self.prefix = prefix
-        self._client: Redis | None = None
+        self._client: redis_url.Client | None = None
         self._release: AsyncScript | None = None
         self._acquire: AsyncScript | None = None
         self._away_until = 0.0
@@ -83,10 +82,10 @@ class RedisLocks(Locks):
     ) -> RedisLocks:
         return cls(url=url, prefix=prefix, wait=wait, bypasses=bypasses)
 
-    def _redis(self) -> Redis:
+    def _redis(self) -> redis_url.Client:
         """The client, made on first use inside the running loop."""
         if self._client is None:
-            self._client = aioredis.Redis.from_url(
+            self._client = redis_url.connect(
                 self.url,
                 socket_connect_timeout=0.5,
                 socket_timeout=1.0,

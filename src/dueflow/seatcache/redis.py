@@ -21,15 +21,14 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-import redis.asyncio as aioredis
 from prometheus_client import Counter
-from redis.asyncio.client import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
+from dueflow import redis_url
 from dueflow.exceptions import ConfigError
 from dueflow.seatcache.base import SeatCache
 from dueflow.store.shows import FREE, SeatMove
@@ -46,7 +45,7 @@ KEEP_FOR = timedelta(days=1)
 RECHECK_AFTER = timedelta(seconds=1)
 #: An outage is logged when it starts, then at most this often.
 LOG_EVERY = timedelta(minutes=1)
-REDIS_ERRORS = (RedisError, OSError)
+REDIS_ERRORS = (RedisError, RedisClusterException, OSError)
 
 #: Move seats ARGV[3..] of a loaded show from ARGV[1] to ARGV[2], each only where the hash has it
 #: in ARGV[1] (free: not there). Returns how many moved.
@@ -127,7 +126,7 @@ class RedisSeatCache(SeatCache):
         self.errors_counter = errors
         #: Operations that failed since the start (also in ``dueflow_seat_cache_errors_total``).
         self.errors = 0
-        self._client: Redis | None = None
+        self._client: redis_url.Client | None = None
         self._move: AsyncScript | None = None
         self._load: AsyncScript | None = None
         self._away_until = 0.0
@@ -156,10 +155,10 @@ class RedisSeatCache(SeatCache):
         """The hash of the show's seats."""
         return f"{self.prefix}:seats:{show_id}"
 
-    def _redis(self) -> Redis:
+    def _redis(self) -> redis_url.Client:
         """The client, made on first use inside the running loop."""
         if self._client is None:
-            self._client = aioredis.Redis.from_url(
+            self._client = redis_url.connect(
                 self.url,
                 decode_responses=True,
                 socket_connect_timeout=0.5,
