@@ -14,13 +14,17 @@ from dueflow.timers.base import Trigger
 TRIGGERS: dict[str, str] = {
     "db": "dueflow.timers.db:DbTrigger",
     "redis": "dueflow.timers.redis:RedisTrigger",
+    "rediss": "dueflow.timers.redis:RedisTrigger",
+    "redis+cluster": "dueflow.timers.redis:RedisTrigger",
+    "rediss+cluster": "dueflow.timers.redis:RedisTrigger",
     "amqp": "dueflow.timers.rabbitmq:RabbitTrigger",
     "amqps": "dueflow.timers.rabbitmq:RabbitTrigger",
 }
 
 
 def from_url(url: str, *, clock: Clock | None = None) -> Trigger:
-    """The trigger for ``url``: ``db``, ``redis://...`` or ``amqp://...``.
+    """The trigger for ``url``: ``db``, ``redis://...``, ``redis+cluster://...`` or
+    ``amqp://...``.
 
     Raises:
         ConfigError: An unsupported scheme, or a URL or option the trigger refuses.
