@@ -1,4 +1,5 @@
-"""Fixtures shared by the contract tests that talk to Redis."""
+"""Fixtures shared by the contract tests that talk to Redis: one server, or a real local Redis
+Cluster (3 masters, 3 replicas) started once per session (tests/redis_cluster.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
+from dueflow import redis_url
+from tests import redis_cluster
 from tests.conftest import in_ci
 
 REDIS_URL = os.environ.get("DUEFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -30,19 +34,52 @@ def redis_available() -> Iterator[None]:
     yield
 
 
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[redis_cluster.LocalCluster]:
+    """A Redis Cluster of 3 masters and 3 replicas on free ports, torn down at the end. Skipped
+    where redis-server is not installed; in CI (CI=true) that is a failure."""
+    if not redis_cluster.available():
+        if in_ci():
+            pytest.fail("redis-server and redis-cli are required in CI for the cluster tests")
+        pytest.skip("no redis-server here: the Redis Cluster tests need it")
+    with redis_cluster.running() as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=["single", "cluster"])
+def redis_base(request: pytest.FixtureRequest) -> str:
+    """The URL of one Redis server, or of the local cluster (no options: tests add theirs)."""
+    if request.param == "single":
+        request.getfixturevalue("redis_available")
+        return REDIS_URL
+    cluster: redis_cluster.LocalCluster = request.getfixturevalue("local_cluster")
+    return cluster.url
+
+
+def is_cluster(client: object) -> bool:
+    return isinstance(client, RedisCluster)
+
+
 @pytest.fixture
 def prefix() -> str:
     return f"test-{uuid.uuid4().hex}"
 
 
 @pytest.fixture
-async def r(prefix: str) -> AsyncIterator[aioredis.Redis]:
-    """A client for looking at (and, at teardown, deleting) this test's keys."""
-    client = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
+async def r(prefix: str, redis_base: str) -> AsyncIterator[aioredis.Redis]:
+    """A client for looking at (and, at teardown, deleting) this test's keys, on the server or
+    cluster of ``redis_base``."""
+    client = redis_url.connect(redis_base, decode_responses=True)
     try:
-        yield client
+        yield client  # type: ignore[misc]
     finally:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await client.delete(*keys)
+        await delete_matching(client, prefix)
         await client.aclose()
+
+
+async def delete_matching(client: redis_url.Client, prefix: str) -> None:
+    """Delete every key with ``prefix`` in it (``prefix:...`` and a cluster's ``{prefix:k}:...``),
+    one key at a time (a cluster refuses one DEL over several slots)."""
+    keys = [key async for key in client.scan_iter(match=f"*{prefix}*")]
+    for key in keys:
+        await client.delete(key)

@@ -1,5 +1,6 @@
-"""The ``redis`` trigger against a real Redis (127.0.0.1:6379, database 15, a fresh key prefix
-per test, deleted afterwards).
+"""The ``redis`` trigger against a real Redis (127.0.0.1:6379, database 15) and a real local
+Redis Cluster (3 masters, 3 replicas: the trigger's default 8 shards), a fresh key prefix per
+test, deleted afterwards.
 
 Deadlines come from FakeClocks; the only real wait is the bounded sub-second one that shows
 ``wait`` blocks until the head is due.
@@ -15,6 +16,7 @@ from datetime import timedelta
 import pytest
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from sqlalchemy import func, select
 
 from dueflow import bootstrap
@@ -27,13 +29,14 @@ from dueflow.store.schema import order_events
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.timers import Armed
 from dueflow.timers import registry
+from dueflow.timers._redis_shards import CLUSTER_SHARDS
 from dueflow.timers.redis import RedisTrigger, from_ms, to_ms
 from dueflow.worker.runner import Worker, feed_between, run_feeder
 from dueflow.worker.scanner import scan_once
 from tests.conftest import START, eventually
-from tests.contract.conftest import REDIS_URL
+from tests.contract.conftest import REDIS_URL, delete_matching, is_cluster
 
-pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("redis_available")]
+pytestmark = [pytest.mark.redis]
 
 DOWN_URL = "redis://127.0.0.1:1/0"  # nothing listens there
 
@@ -44,20 +47,40 @@ async def fake_clock() -> FakeClock:
 
 
 @pytest.fixture
-async def trigger(prefix: str, fake_clock: FakeClock) -> AsyncIterator[RedisTrigger]:
-    t = RedisTrigger.from_url(f"{REDIS_URL}?prefix={prefix}&batch=2&lease=60s", clock=fake_clock)
+async def trigger(
+    prefix: str, fake_clock: FakeClock, redis_base: str
+) -> AsyncIterator[RedisTrigger]:
+    t = RedisTrigger.from_url(f"{redis_base}?prefix={prefix}&batch=2&lease=60s", clock=fake_clock)
     try:
         yield t
     finally:
         await t.close()
 
 
+def keys(r: aioredis.Redis, prefix: str, name: str) -> list[str]:
+    """The key ``name`` of every shard: one on one server, the default count on a cluster."""
+    if is_cluster(r):
+        return [f"{{{prefix}:{k}}}:{name}" for k in range(CLUSTER_SHARDS)]
+    return [f"{prefix}:{name}"]
+
+
 async def due(r: aioredis.Redis, prefix: str) -> dict[str, float]:
-    return dict(await r.zrange(f"{prefix}:due", 0, -1, withscores=True))
+    found: dict[str, float] = {}
+    for key in keys(r, prefix, "due"):
+        found.update(await r.zrange(key, 0, -1, withscores=True))
+    return found
 
 
 async def processing(r: aioredis.Redis, prefix: str) -> dict[str, float]:
-    return dict(await r.zrange(f"{prefix}:processing", 0, -1, withscores=True))
+    found: dict[str, float] = {}
+    for key in keys(r, prefix, "processing"):
+        found.update(await r.zrange(key, 0, -1, withscores=True))
+    return found
+
+
+async def wake_markers(r: aioredis.Redis, prefix: str) -> list[int]:
+    """How many markers each shard's wake list holds."""
+    return [await r.llen(key) for key in keys(r, prefix, "wake")]
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -117,20 +140,22 @@ async def test_armed_puts_only_timers_within_the_horizon(
         "3": to_ms(START - timedelta(seconds=5)),
         "4": to_ms(START + timedelta(hours=1)),
     }
-    assert await r.llen(f"{prefix}:wake") == 1  # a blocked worker looks again
+    # a blocked worker looks again: one marker on each shard armed
+    assert sum(await wake_markers(r, prefix)) == len({t % len(trigger.shards) for t in (1, 3, 4)})
 
     # Arming again moves the timer (a re-armed deadline) and keeps the wake list short.
     for _ in range(10):
         await trigger.armed([Armed(1, START + timedelta(minutes=20))])
     assert (await due(r, prefix))["1"] == to_ms(START + timedelta(minutes=20))
-    assert await r.llen(f"{prefix}:wake") <= 4
+    assert max(await wake_markers(r, prefix)) <= 4
 
     # Nothing within the horizon: nothing written, no wake-up.
-    await r.delete(f"{prefix}:wake")
+    for key in keys(r, prefix, "wake"):
+        await r.delete(key)
     await trigger.armed([Armed(9, START + timedelta(days=3))])
     await trigger.armed([])
     assert "9" not in await due(r, prefix)
-    assert await r.llen(f"{prefix}:wake") == 0
+    assert sum(await wake_markers(r, prefix)) == 0
 
 
 # -- claiming ------------------------------------------------------------------------------------
@@ -150,11 +175,13 @@ async def test_claim_hands_out_due_ids_once_in_batches_with_a_lease(
     )
     lease_until = to_ms(now + timedelta(seconds=60))
 
-    first = await trigger.wait(fake_clock, now)
-    assert first == [11, 12]  # earliest first, batch=2
-    assert await processing(r, prefix) == {"11": lease_until, "12": lease_until}
-    second = await trigger.wait(fake_clock, now)
-    assert second == [13]
+    rounds = [await trigger.wait(fake_clock, now) for _ in range(3)]
+    if len(trigger.shards) == 1:
+        assert rounds == [[11, 12], [13], []]  # earliest first, batch=2
+    else:  # at most ceil(batch / shards) from each shard, every shard at once
+        assert sorted(i for ids in rounds for i in ids or []) == [11, 12, 13]
+        assert all(len(ids or []) <= len(trigger.shards) for ids in rounds)
+    assert await processing(r, prefix) == {str(i): lease_until for i in (11, 12, 13)}
     assert await trigger.wait(fake_clock, now) == []  # nothing due is handed out twice
     assert set(await due(r, prefix)) == {"14"}
     assert set(await processing(r, prefix)) == {"11", "12", "13"}
@@ -172,7 +199,7 @@ async def test_expired_leases_come_back_and_acked_ones_do_not(
 ) -> None:
     now = fake_clock.now()
     await trigger.armed([Armed(21, now), Armed(22, now)])
-    assert await trigger.wait(fake_clock, now) == [21, 22]
+    assert sorted(await trigger.wait(fake_clock, now) or []) == [21, 22]
     await trigger.ack([22])  # 21's worker "dies" without acknowledging
 
     fake_clock.advance(timedelta(seconds=59))
@@ -184,9 +211,9 @@ async def test_expired_leases_come_back_and_acked_ones_do_not(
 
 
 async def test_concurrent_claims_never_hand_out_an_id_twice(
-    prefix: str, fake_clock: FakeClock, r: aioredis.Redis
+    prefix: str, fake_clock: FakeClock, r: aioredis.Redis, redis_base: str
 ) -> None:
-    url = f"{REDIS_URL}?prefix={prefix}&batch=3"
+    url = f"{redis_base}?prefix={prefix}&batch=3"
     triggers = [RedisTrigger.from_url(url, clock=fake_clock) for _ in range(4)]
     try:
         now = fake_clock.now()
@@ -204,9 +231,11 @@ async def test_concurrent_claims_never_hand_out_an_id_twice(
 # -- waiting -------------------------------------------------------------------------------------
 
 
-async def test_wait_blocks_until_the_head_is_due(prefix: str, r: aioredis.Redis) -> None:
+async def test_wait_blocks_until_the_head_is_due(
+    prefix: str, r: aioredis.Redis, redis_base: str
+) -> None:
     clock = SystemClock()
-    t = RedisTrigger.from_url(f"{REDIS_URL}?prefix={prefix}", clock=clock)
+    t = RedisTrigger.from_url(f"{redis_base}?prefix={prefix}", clock=clock)
     try:
         await t.wait(clock, clock.now())  # connect and clear stale markers
         await t.armed([Armed(31, clock.now() + timedelta(seconds=0.3))])
@@ -221,11 +250,13 @@ async def test_wait_blocks_until_the_head_is_due(prefix: str, r: aioredis.Redis)
         await t.close()
 
 
-async def test_wake_releases_a_pending_wait_promptly(prefix: str, r: aioredis.Redis) -> None:
+async def test_wake_releases_a_pending_wait_promptly(
+    prefix: str, r: aioredis.Redis, redis_base: str
+) -> None:
     clock = SystemClock()
-    t = RedisTrigger.from_url(f"{REDIS_URL}?prefix={prefix}", clock=clock)
+    t = RedisTrigger.from_url(f"{redis_base}?prefix={prefix}", clock=clock)
     try:
-        blocked_before = int((await r.info("clients"))["blocked_clients"])
+        blocked_before = await blocked_clients(r)
         task = asyncio.create_task(t.wait(clock, clock.now() + timedelta(seconds=30)))
         await eventually(lambda: blocked(r, blocked_before), 2)  # until it blocks in BLPOP
         assert not task.done()
@@ -241,6 +272,8 @@ async def test_wake_releases_a_pending_wait_promptly(prefix: str, r: aioredis.Re
         # The wait was ended by the instance's own marker, which BLPOP consumed: nothing leaks,
         # and the client goes on working.
         assert await r.exists(t.poke_key) == 0
+        for shard in t.shards:
+            assert await r.exists(shard.poke) == 0
         await t.armed([Armed(41, clock.now())])
         assert await t.wait(clock, clock.now()) == [41]
     finally:
@@ -248,13 +281,13 @@ async def test_wake_releases_a_pending_wait_promptly(prefix: str, r: aioredis.Re
 
 
 async def test_arming_wakes_a_blocked_wait_for_a_sooner_timer(
-    prefix: str, r: aioredis.Redis
+    prefix: str, r: aioredis.Redis, redis_base: str
 ) -> None:
     clock = SystemClock()
-    waiter = RedisTrigger.from_url(f"{REDIS_URL}?prefix={prefix}", clock=clock)
-    armer = RedisTrigger.from_url(f"{REDIS_URL}?prefix={prefix}", clock=clock)  # another process
+    waiter = RedisTrigger.from_url(f"{redis_base}?prefix={prefix}", clock=clock)
+    armer = RedisTrigger.from_url(f"{redis_base}?prefix={prefix}", clock=clock)  # another process
     try:
-        blocked_before = int((await r.info("clients"))["blocked_clients"])
+        blocked_before = await blocked_clients(r)
         task = asyncio.create_task(waiter.wait(clock, clock.now() + timedelta(seconds=30)))
         await eventually(lambda: blocked(r, blocked_before), 2)
         started = time.monotonic()
@@ -313,9 +346,9 @@ async def pay_deadline(world, order_id: int):
 
 
 @pytest.fixture
-async def redis_world(world, prefix: str, r: aioredis.Redis):
+async def redis_world(world, prefix: str, r: aioredis.Redis, redis_base: str):
     """The world fixture with the Redis trigger (closed by the world's own teardown too)."""
-    world.deps.trigger = RedisTrigger.from_url(f"{REDIS_URL}?prefix={prefix}", clock=world.clock)
+    world.deps.trigger = RedisTrigger.from_url(f"{redis_base}?prefix={prefix}", clock=world.clock)
     try:
         yield world
     finally:
@@ -360,8 +393,7 @@ async def test_losing_every_redis_key_loses_no_deadline(
     cancel_id = (await timer_ids(world, order_id))[TimerKind.CANCEL_UNPAID]
     assert str(cancel_id) in await due(r, prefix)
 
-    keys = [key async for key in r.scan_iter(match=f"{prefix}:*")]
-    await r.delete(*keys)  # FLUSHALL, as far as this trigger can tell
+    await delete_matching(r, prefix)  # FLUSHALL, as far as this trigger can tell
 
     world.clock.set(
         await pay_deadline(world, order_id) + world.deps.scan_grace + timedelta(milliseconds=1)
@@ -373,15 +405,14 @@ async def test_losing_every_redis_key_loses_no_deadline(
 
 
 async def test_lost_tells_once_that_the_keys_are_gone(
-    trigger: RedisTrigger, r: aioredis.Redis, prefix: str
+    trigger: RedisTrigger, r: aioredis.Redis, prefix: str, redis_base: str
 ) -> None:
     assert await trigger.lost()  # the first ask: nothing was fed yet
     assert not await trigger.lost()
-    other = RedisTrigger.from_url(f"{REDIS_URL}?prefix={prefix}")
+    other = RedisTrigger.from_url(f"{redis_base}?prefix={prefix}")
     try:
         assert not await other.lost()  # another process sees the same marker
-        keys = [key async for key in r.scan_iter(match=f"{prefix}:*")]
-        await r.delete(*keys)  # FLUSHALL, as far as this trigger can tell
+        await delete_matching(r, prefix)  # FLUSHALL, as far as this trigger can tell
         assert await other.lost()
         assert not await trigger.lost()  # told once, to whichever feeder asked first
     finally:
@@ -406,8 +437,7 @@ async def test_a_flushed_redis_is_fed_again_at_the_next_feeder_pass(
     feeder = asyncio.create_task(run_feeder(world.worker, stop))
     try:
         await eventually(lambda: world.clock.sleepers == 1)  # the first pass (a full one) ran
-        keys = [key async for key in r.scan_iter(match=f"{prefix}:*")]
-        await r.delete(*keys)
+        await delete_matching(r, prefix)
         assert str(cancel_id) not in await due(r, prefix)
 
         world.clock.advance(world.deps.scan_interval)
@@ -424,10 +454,10 @@ async def _has(r: aioredis.Redis, prefix: str, timer_id: int) -> bool:
 
 
 async def test_feeder_hands_over_a_timer_once_it_comes_within_the_horizon(
-    world, prefix: str, r: aioredis.Redis
+    world, prefix: str, r: aioredis.Redis, redis_base: str
 ) -> None:
     world.deps.trigger = RedisTrigger.from_url(
-        f"{REDIS_URL}?prefix={prefix}&horizon=5m", clock=world.clock
+        f"{redis_base}?prefix={prefix}&horizon=5m", clock=world.clock
     )
     try:
         order_id = await place(world)
@@ -467,7 +497,7 @@ async def test_worker_loop_runs_timers_through_redis(
 
 
 async def test_one_timer_delivered_to_two_workers_has_one_effect(
-    redis_world, settings, r: aioredis.Redis, prefix: str
+    redis_world, settings, r: aioredis.Redis, prefix: str, redis_base: str
 ) -> None:
     world = redis_world
     order_id = await place(world)
@@ -476,7 +506,7 @@ async def test_one_timer_delivered_to_two_workers_has_one_effect(
 
     # A second worker process: its own engine, its own trigger on the same keys.
     async with bootstrap.running(settings, clock=world.clock, migrate_sqlite=False) as other:
-        other.trigger = RedisTrigger.from_url(f"{REDIS_URL}?prefix={prefix}", clock=world.clock)
+        other.trigger = RedisTrigger.from_url(f"{redis_base}?prefix={prefix}", clock=world.clock)
         try:
             now = world.clock.now()
             got = await asyncio.gather(
@@ -512,9 +542,17 @@ async def test_place_order_commits_when_redis_is_down(world) -> None:
         await world.deps.trigger.close()
 
 
+async def blocked_clients(r: aioredis.Redis) -> int:
+    """Clients blocked (in BLPOP) on the server, or on every master of the cluster."""
+    if is_cluster(r):
+        by_node = await r.info("clients", target_nodes=RedisCluster.PRIMARIES)  # type: ignore[call-arg]
+        return sum(int(info["blocked_clients"]) for info in by_node.values())
+    return int((await r.info("clients"))["blocked_clients"])
+
+
 async def blocked(r: aioredis.Redis, before: int) -> bool:
     """More clients are blocked (in BLPOP) than ``before``."""
-    return int((await r.info("clients"))["blocked_clients"]) > before
+    return await blocked_clients(r) > before
 
 
 async def is_status(world, order_id: int, wanted: str) -> bool:
