@@ -13,11 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 import redis.asyncio as aioredis
 from sqlalchemy import select
 
-from dueflow import bootstrap
+from dueflow import bootstrap, redis_url
 from dueflow.api.app import create_app as dueflow_app
 from dueflow.clock import FakeClock
 from dueflow.config import load_settings
@@ -30,17 +29,17 @@ from dueflow.service import accounts, orders, payments
 from dueflow.store.schema import timers as t_timers
 from dueflow.worker.runner import Worker
 from tests.conftest import START, eventually
-from tests.contract.conftest import REDIS_URL
+from tests.contract.conftest import delete_matching
 from tests.unit.payments.test_payment_flow import Forward, Market, wechat_notification
 
-pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("redis_available")]
+pytestmark = [pytest.mark.redis]
 
 TTL = timedelta(seconds=30)
 
 
 @pytest.fixture
-async def locks(prefix: str, r: aioredis.Redis) -> AsyncIterator[RedisLocks]:
-    made = RedisLocks.from_url(REDIS_URL, prefix=prefix, wait=timedelta(milliseconds=50))
+async def locks(redis_base: str, prefix: str, r: aioredis.Redis) -> AsyncIterator[RedisLocks]:
+    made = RedisLocks.from_url(redis_base, prefix=prefix, wait=timedelta(milliseconds=50))
     try:
         yield made
     finally:
@@ -66,8 +65,10 @@ async def test_acquire_and_release(locks: RedisLocks, r: aioredis.Redis, prefix:
     assert await locks.release("goods:1", again)
 
 
-async def test_a_held_lock_is_busy_for_others(locks: RedisLocks, prefix: str) -> None:
-    other = RedisLocks.from_url(REDIS_URL, prefix=prefix)  # another process
+async def test_a_held_lock_is_busy_for_others(
+    redis_base: str, locks: RedisLocks, prefix: str
+) -> None:
+    other = RedisLocks.from_url(redis_base, prefix=prefix)  # another process
     try:
         token = await locks.acquire("order:7", TTL)
         assert token is not None
@@ -216,10 +217,12 @@ def test_bootstrap_gives_the_locks_their_wait_and_the_bypass_counter():
 # --- waiting for a lock, end to end (issue 9, item 5) ------------------------------------------
 
 
-async def test_held_waits_briefly_for_a_lock_freed_meanwhile(prefix: str, r: aioredis.Redis):
+async def test_held_waits_briefly_for_a_lock_freed_meanwhile(
+    redis_base: str, prefix: str, r: aioredis.Redis
+):
     """A lock let go within the wait is taken, not answered with Busy."""
-    other = RedisLocks.from_url(REDIS_URL, prefix=prefix)
-    locks = RedisLocks.from_url(REDIS_URL, prefix=prefix, wait=timedelta(seconds=2))
+    other = RedisLocks.from_url(redis_base, prefix=prefix)
+    locks = RedisLocks.from_url(redis_base, prefix=prefix, wait=timedelta(seconds=2))
     try:
         token = await other.acquire("order:7", TTL)
         assert token is not None
@@ -237,10 +240,12 @@ async def test_held_waits_briefly_for_a_lock_freed_meanwhile(prefix: str, r: aio
         await locks.close()
 
 
-async def test_held_is_busy_once_the_wait_is_over(prefix: str, r: aioredis.Redis) -> None:
+async def test_held_is_busy_once_the_wait_is_over(
+    redis_base: str, prefix: str, r: aioredis.Redis
+) -> None:
     """The wait is bounded: a lock held throughout answers Busy after ``wait``, not later."""
-    other = RedisLocks.from_url(REDIS_URL, prefix=prefix)
-    waiting = RedisLocks.from_url(REDIS_URL, prefix=prefix, wait=timedelta(milliseconds=200))
+    other = RedisLocks.from_url(redis_base, prefix=prefix)
+    waiting = RedisLocks.from_url(redis_base, prefix=prefix, wait=timedelta(milliseconds=200))
     try:
         assert await other.acquire("order:7", TTL) is not None
         started = time.monotonic()
@@ -272,15 +277,14 @@ class Gate(httpx.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-def lock_keys_cleared() -> None:
-    """Delete dueflow's lock keys in the test database (bootstrap uses the default prefix)."""
-    client = redis.Redis.from_url(REDIS_URL)
+async def lock_keys_cleared(url: str) -> None:
+    """Delete dueflow's lock keys in the test database or cluster (bootstrap uses the default
+    prefix)."""
+    client = redis_url.connect(url)
     try:
-        keys = list(client.scan_iter(match="dueflow:lock:*"))
-        if keys:
-            client.delete(*keys)
+        await delete_matching(client, "dueflow:lock:")
     finally:
-        client.close()
+        await client.aclose()
 
 
 @asynccontextmanager
@@ -289,7 +293,7 @@ async def locked_market(
 ) -> AsyncIterator[Market]:
     """The payment flow's market (dueflow and the simulator calling each other in one process),
     with the Redis locks bootstrap builds from ``locks_url``."""
-    lock_keys_cleared()
+    await lock_keys_cleared(locks_url)
     clock = FakeClock(START)
     forward = Forward()
     config = SimulatorConfig.generate(clock=clock, transport=forward)
@@ -315,14 +319,14 @@ async def locked_market(
             seller, _ = await accounts.add_user(deps, "seller")
             buyer, _ = await accounts.add_user(deps, "buyer")
             yield Market(deps, clock, http, client, config, seller.id, buyer.id)
-    lock_keys_cleared()
+    await lock_keys_cleared(locks_url)
 
 
 @asynccontextmanager
-async def locked_elsewhere(key: str) -> AsyncIterator[Callable[[], Awaitable[bool]]]:
+async def locked_elsewhere(url: str, key: str) -> AsyncIterator[Callable[[], Awaitable[bool]]]:
     """``key`` held by another process (same prefix as dueflow's) for the block; yields its
     release, true while the key was still that process's."""
-    other = RedisLocks.from_url(REDIS_URL)
+    other = RedisLocks.from_url(url)
     try:
         token = await other.acquire(key, TTL)
         assert token is not None
@@ -350,10 +354,12 @@ async def pay_count(market: Market, order_id: int) -> int:
     return [e["event"] for e in view["timeline"]].count("pay")
 
 
-async def test_three_copies_of_one_wechat_notification_at_once_all_succeed(db_path: Path):
+async def test_three_copies_of_one_wechat_notification_at_once_all_succeed(
+    redis_base: str, db_path: Path
+):
     """Under Redis locks the copies that find the order locked wait for it, then find the
     payment applied: every copy is answered with success, the payment is applied once."""
-    async with locked_market(db_path, REDIS_URL) as market:
+    async with locked_market(db_path, redis_base) as market:
         order_id = await market.order()
         pay_no, _ = await payments.start_payment(
             market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
@@ -373,13 +379,13 @@ async def test_three_copies_of_one_wechat_notification_at_once_all_succeed(db_pa
 
 
 async def test_a_notification_meeting_the_buyers_cancel_waits_and_succeeds(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis_base: str, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """The buyer cancels a paid order while its notification arrives: the cancel holds the
     order's lock while it closes the trade at WeChat (which says it is paid), the notification
     waits for the lock, finds the payment applied and is answered with success."""
     gate = Gate("/close")
-    async with locked_market(db_path, REDIS_URL, gate) as market:
+    async with locked_market(db_path, redis_base, gate) as market:
         order_id = await market.order()
         pay_no, _ = await payments.start_payment(
             market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
@@ -419,16 +425,16 @@ async def test_a_notification_meeting_the_buyers_cancel_waits_and_succeeds(
 
 
 async def test_a_notification_still_busy_after_the_wait_is_a_fail_the_provider_retries(
-    db_path: Path, prefix: str
+    redis_base: str, db_path: Path, prefix: str
 ):
     """When the order stays locked past the wait, WeChat hears its FAIL form with 409 (busy,
     not a crash) and nothing is applied; its retry is then applied."""
-    async with locked_market(db_path, REDIS_URL, lock_wait="100ms") as market:
+    async with locked_market(db_path, redis_base, lock_wait="100ms") as market:
         order_id = await market.order()
         pay_no, _ = await payments.start_payment(
             market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
         )
-        async with locked_elsewhere(f"order:{order_id}") as release:
+        async with locked_elsewhere(redis_base, f"order:{order_id}") as release:
             body, headers = wechat_paid(market, pay_no)
             answer = await market.app.post("/notify/wechatpay", content=body, headers=headers)
             assert answer.status_code == 409
@@ -445,6 +451,7 @@ async def test_a_notification_still_busy_after_the_wait_is_a_fail_the_provider_r
 
 
 async def test_a_cancel_finding_its_trade_paid_goes_past_a_lock_left_by_a_dead_holder(
+    redis_base: str,
     db_path: Path,
 ):
     """A process killed holding an order's lock (an API process mid-request) leaves it until its
@@ -452,12 +459,12 @@ async def test_a_cancel_finding_its_trade_paid_goes_past_a_lock_left_by_a_dead_h
     without the lock rather than retrying until the TTL is out (the chaos soak: cancels 10-15 s
     late after an API process was killed; 2 + 4 + 8 s of retries would pass the limit). The
     database's guarded updates apply the payment once; the lock stays its holder's."""
-    async with locked_market(db_path, REDIS_URL, lock_wait="100ms") as market:
+    async with locked_market(db_path, redis_base, lock_wait="100ms") as market:
         order_id = await market.order()
         pay_no, _ = await payments.start_payment(
             market.deps, order_id=order_id, user_id=market.buyer, provider="wechatpay"
         )
-        async with locked_elsewhere(f"order:{order_id}") as release:  # a dead holder's
+        async with locked_elsewhere(redis_base, f"order:{order_id}") as release:  # a dead holder's
             paid = await market.sim.post(
                 "/control/pay", json={"provider": "wechatpay", "out_trade_no": pay_no}
             )
@@ -479,9 +486,11 @@ async def test_a_cancel_finding_its_trade_paid_goes_past_a_lock_left_by_a_dead_h
             assert await release()  # still the dead holder's
 
 
-async def test_held_goes_ahead_past_a_busy_key_only_when_asked(prefix: str) -> None:
-    other = RedisLocks.from_url(REDIS_URL, prefix=prefix)
-    waiting = RedisLocks.from_url(REDIS_URL, prefix=prefix, wait=timedelta(milliseconds=50))
+async def test_held_goes_ahead_past_a_busy_key_only_when_asked(
+    redis_base: str, prefix: str
+) -> None:
+    other = RedisLocks.from_url(redis_base, prefix=prefix)
+    waiting = RedisLocks.from_url(redis_base, prefix=prefix, wait=timedelta(milliseconds=50))
     try:
         token = await other.acquire("order:8", TTL)
         assert token is not None

@@ -17,6 +17,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
 from sqlalchemy import func, select
 
 from dueflow import bootstrap
@@ -111,6 +112,35 @@ async def test_from_url_reads_options_and_the_registry_knows_redis(prefix: str) 
         RedisTrigger.from_url("redis://127.0.0.1:port/0")
     await t.close()  # never connected: a no-op
     await defaults.close()
+
+
+async def test_a_cluster_url_spreads_timers_over_hash_tagged_shards() -> None:
+    """No node is asked: the client is made on first use."""
+    url = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/?shards=4&prefix=p&socket_timeout=9"
+    t = registry.from_url(url)
+    assert isinstance(t, RedisTrigger) and t.cluster
+    assert t.url == "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/?socket_timeout=9"
+    assert [s.due for s in t.shards] == [f"{{p:{k}}}:due" for k in range(4)]
+    for shard in t.shards:  # every key one script touches shares the shard's slot
+        named = (shard.due, shard.processing, shard.wake, shard.fed, shard.poke)
+        assert len({key_slot(key.encode()) for key in named}) == 1
+    assert t.shard_of(6) == t.shards[2] and t.per_shard == 250
+    assert len(RedisTrigger.from_url("redis+cluster://127.0.0.1:7000/").shards) == 8
+    assert (
+        RedisTrigger.from_url("redis://127.0.0.1:6379/0?shards=2").shards[1].due
+        == "{dueflow:1}:due"
+    )
+    for bad in ("shards=0", "shards=257", "shards=x"):
+        with pytest.raises(ConfigError):
+            RedisTrigger.from_url(f"redis+cluster://127.0.0.1:7000/?{bad}")
+    for bad_url in (
+        "redis+cluster://127.0.0.1:7000/3",
+        "redis+cluster:///",
+        "redis+cluster://h:x/",
+    ):
+        with pytest.raises(ConfigError):
+            RedisTrigger.from_url(bad_url)
+    await t.close()
 
 
 def test_milliseconds_round_so_redis_never_calls_a_timer_due_early() -> None:

@@ -22,7 +22,7 @@ import pytest
 import redis.asyncio as aioredis
 from sqlalchemy import func, select
 
-from dueflow import bootstrap
+from dueflow import bootstrap, redis_url
 from dueflow.config import load_settings
 from dueflow.exceptions import ConfigError, SeatUnavailable
 from dueflow.seatcache.base import NoSeatCache
@@ -32,21 +32,31 @@ from dueflow.store import shows
 from dueflow.store.schema import seat_holds
 from dueflow.store.shows import SeatMove
 from dueflow.worker import reconciler
+from tests import redis_cluster
 from tests.conftest import World, eventually, require_service, world_on
 
 SEAT_CACHE_SERVER = os.environ.get("DUEFLOW_TEST_SEAT_CACHE_URL", "redis://127.0.0.1:6379/11")
 PREFIX = f"seats-{os.getpid()}"
-SEAT_CACHE_URL = f"{SEAT_CACHE_SERVER}?prefix={PREFIX}"
 
 redis_test = pytest.mark.redis
 
 
-@pytest.fixture
-async def r() -> AsyncIterator[aioredis.Redis]:
-    """A client on the test database, flushed first (skipped without Redis, failed in CI)."""
+@pytest.fixture(params=["single", "cluster"])
+def seat_server(request: pytest.FixtureRequest) -> str:
+    """The Redis of the cache: the test database of one server, or the local Redis Cluster
+    (skipped without either, failed in CI)."""
+    if request.param == "cluster":
+        cluster: redis_cluster.LocalCluster = request.getfixturevalue("local_cluster")
+        return cluster.url
     where = urlsplit(SEAT_CACHE_SERVER)
     require_service("redis", where.hostname or "127.0.0.1", where.port or 6379)
-    client = aioredis.Redis.from_url(SEAT_CACHE_SERVER, decode_responses=True)
+    return SEAT_CACHE_SERVER
+
+
+@pytest.fixture
+async def r(seat_server: str) -> AsyncIterator[aioredis.Redis]:
+    """A client on the cache's Redis, this run's keys flushed first."""
+    client: aioredis.Redis = redis_url.connect(seat_server, decode_responses=True)  # type: ignore[assignment]
     await _lose_everything(client)
     try:
         yield client
@@ -56,9 +66,8 @@ async def r() -> AsyncIterator[aioredis.Redis]:
 
 async def _lose_everything(client: aioredis.Redis) -> None:
     """Every key of this run's cache gone, as in a FLUSHALL."""
-    keys = [key async for key in client.scan_iter(match=f"{PREFIX}:*")]
-    if keys:
-        await client.delete(*keys)
+    async for key in client.scan_iter(match=f"{PREFIX}:*"):
+        await client.delete(key)  # one by one: a cluster refuses a DEL over several slots
 
 
 async def _world(db_path: Path, seat_cache_url: str) -> AsyncIterator[World]:
@@ -70,9 +79,9 @@ async def _world(db_path: Path, seat_cache_url: str) -> AsyncIterator[World]:
 
 
 @pytest.fixture
-async def cached(db_path: Path, r: aioredis.Redis) -> AsyncIterator[World]:
+async def cached(db_path: Path, r: aioredis.Redis, seat_server: str) -> AsyncIterator[World]:
     """The ``world`` with the Redis seat cache bootstrap builds from DUEFLOW_SEAT_CACHE_URL."""
-    async for world in _world(db_path, SEAT_CACHE_URL):
+    async for world in _world(db_path, f"{seat_server}?prefix={PREFIX}"):
         yield world
 
 
@@ -121,8 +130,8 @@ def _count_writes(world: World, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @redis_test
-async def test_moves_go_only_from_the_expected_state(r: aioredis.Redis) -> None:
-    cache = RedisSeatCache.from_url(SEAT_CACHE_URL)
+async def test_moves_go_only_from_the_expected_state(r: aioredis.Redis, seat_server: str) -> None:
+    cache = RedisSeatCache.from_url(f"{seat_server}?prefix={PREFIX}")
     try:
         held = SeatMove(7, ("A-1", "A-2"), "free", "held")
         await cache.moved([held])  # not loaded: a hash of moves alone would lie about the rest
@@ -180,6 +189,9 @@ async def test_settings_choose_the_cache_and_its_prefix() -> None:
         load_settings(locks_url="redis://h:1/4", seat_cache_url="redis://h:2/5")
     )
     assert isinstance(own, RedisSeatCache) and own.url == "redis://h:2/5"
+    cluster = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/"
+    on_cluster = bootstrap.build_seat_cache(load_settings(trigger_url=f"{cluster}?shards=4"))
+    assert isinstance(on_cluster, RedisSeatCache) and on_cluster.url == cluster
     with pytest.raises(ConfigError, match="unknown option horizon"):
         bootstrap.build_seat_cache(load_settings(seat_cache_url="redis://h:2/5?horizon=1h"))
     assert load_settings().seat_reconcile_interval == timedelta(seconds=60)

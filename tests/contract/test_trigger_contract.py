@@ -1,4 +1,5 @@
-"""One trigger contract, run on db, redis and rabbitmq (classic and quorum queues): a deadline is met within about a second
+"""One trigger contract, run on db, redis (one server and a local Redis Cluster) and rabbitmq
+(classic and quorum queues): a deadline is met within about a second
 by a running worker, a repeated delivery has one effect, and a trigger that lost everything costs
 lateness, never a deadline. Uses the real clock for the one-second deadlines (bounded waits for
 the worker task), the real Redis and RabbitMQ."""
@@ -14,7 +15,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from dueflow import bootstrap
+from dueflow import bootstrap, redis_url
 from dueflow.clock import FakeClock, SystemClock
 from dueflow.config import load_settings
 from dueflow.service import accounts, orders
@@ -22,7 +23,9 @@ from dueflow.service.deps import Deps
 from dueflow.store import schema
 from dueflow.worker.runner import Worker
 from dueflow.worker.scanner import scan_once
+from tests import redis_cluster
 from tests.conftest import START, eventually, require_service
+from tests.contract.conftest import delete_matching
 
 REDIS = os.environ.get("DUEFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 AMQP = os.environ.get("DUEFLOW_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -32,6 +35,7 @@ AMQP = os.environ.get("DUEFLOW_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1
     params=[
         pytest.param("db"),
         pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis),
         pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
         pytest.param("rabbitmq-quorum", marks=pytest.mark.rabbitmq),
     ]
@@ -41,6 +45,9 @@ def trigger_url(request: pytest.FixtureRequest) -> str:
     if request.param == "redis":
         require_service("redis", "127.0.0.1", 6379)
         return f"{REDIS}?prefix={prefix}"
+    if request.param == "redis-cluster":
+        cluster: redis_cluster.LocalCluster = request.getfixturevalue("local_cluster")
+        return f"{cluster.url}?prefix={prefix}"
     if request.param.startswith("rabbitmq"):
         require_service("rabbitmq", "127.0.0.1", 5672)
         queues = "quorum" if request.param == "rabbitmq-quorum" else "classic"
@@ -82,10 +89,7 @@ async def _lose(deps: Deps) -> None:
     """Everything the trigger keeps outside the database is lost (Redis flushed, queues purged)."""
     trigger = deps.trigger
     if trigger.scheme == "redis":
-        client = trigger._redis()  # type: ignore[attr-defined]
-        keys = [k async for k in client.scan_iter(match=f"{trigger.prefix}:*")]  # type: ignore[attr-defined]
-        if keys:
-            await client.delete(*keys)
+        await delete_matching(trigger._redis(), trigger.prefix)  # type: ignore[attr-defined]
     elif trigger.scheme == "amqp":
         channel = await trigger._channel()  # type: ignore[attr-defined]
         for name in trigger.queue_names:  # type: ignore[attr-defined]
@@ -96,12 +100,8 @@ async def _lose(deps: Deps) -> None:
 async def _remove(trigger) -> None:
     """After the trigger is closed: delete its keys or queues."""
     if trigger.scheme == "redis":
-        import redis.asyncio as aioredis
-
-        client = aioredis.Redis.from_url(REDIS)
-        keys = [k async for k in client.scan_iter(match=f"{trigger.prefix}:*")]
-        if keys:
-            await client.delete(*keys)
+        client = redis_url.connect(trigger.url)
+        await delete_matching(client, trigger.prefix)
         await client.aclose()
     elif trigger.scheme == "amqp":
         import aio_pika
