@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+from redis.crc import key_slot
 
 #: How long a master may be silent before its replica takes over (the failover test forces the
 #: takeover sooner); short so a test never waits long.
@@ -62,6 +63,28 @@ class LocalCluster:
             info = node.info("replication")
         return int(info["slave0"]["port"])
 
+    def replicated(self, replicas: int) -> bool:
+        """Every master has ``replicas`` replicas online."""
+        for port in self.masters():
+            with self.client(port) as node:
+                info = node.info("replication")
+            online = [k for k in info if k.startswith("slave") and k[5:].isdigit()]
+            if sum(info[k]["state"] == "online" for k in online) < replicas:
+                return False
+        return True
+
+    def master_of(self, key: str) -> int:
+        """The port of the master serving ``key``'s slot, as a live node sees it."""
+        slot = key_slot(key.encode())
+        for port in self.ports:
+            if self.role(port) == "down":
+                continue
+            with self.client(port) as node:
+                for start, end, master, *_ in node.execute_command("CLUSTER", "SLOTS"):
+                    if start <= slot <= end:
+                        return int(master[1])
+        raise RuntimeError(f"no live node serves slot {slot}")
+
     def kill(self, port: int) -> None:
         """SIGKILL the node: no goodbye to the cluster, no save."""
         process = self.nodes[port]
@@ -91,6 +114,8 @@ class LocalCluster:
                 "",
                 "--appendonly",
                 "no",
+                "--repl-diskless-sync-delay",  # a replica's first sync at once, not after 5 s
+                "0",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -167,11 +192,7 @@ def running(masters: int = 3, replicas: int = 1) -> Iterator[LocalCluster]:
                 timeout=60,
             )
             _until(cluster.ok, "the cluster did not reach state ok", 30)
-            _until(
-                lambda: len(cluster.masters()) == masters,
-                "the replicas did not attach",
-                30,
-            )
+            _until(lambda: cluster.replicated(replicas), "the replicas did not attach", 30)
             yield cluster
         finally:
             cluster.stop()

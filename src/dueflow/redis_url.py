@@ -26,6 +26,9 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 #: Every scheme this module reads.
 SCHEMES = ("redis", "rediss", *CLUSTER_SCHEMES)
 
+#: The longest pause between two tries of a command on a cluster (seconds).
+CLUSTER_BACKOFF_CAP = 0.25
+
 #: A client for one server or for a cluster; both take the commands the adapters send.
 Client: TypeAlias = "Redis | RedisCluster"
 
@@ -76,8 +79,18 @@ def connect(url: str, **options: Any) -> Client:
 
     if not is_cluster(url):
         return Redis.from_url(url, **options)
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
     nodes, from_query = _cluster_options(url)
-    return RedisCluster(startup_nodes=nodes, **{**options, **from_query})
+    # redis-py's default backs off for up to 10 s between tries on a node that is down: a
+    # failed master would hold every claim that long. A few quick tries ride out a failover
+    # (the topology is read again between them); past that the caller's fallback covers.
+    defaults: dict[str, Any] = {
+        "retry": Retry(ExponentialBackoff(cap=CLUSTER_BACKOFF_CAP, base=0.05), 3),
+        "socket_connect_timeout": 1.0,
+    }
+    return RedisCluster(startup_nodes=nodes, **{**defaults, **options, **from_query})
 
 
 def _cluster_options(url: str) -> tuple[list[ClusterNode], dict[str, Any]]:
