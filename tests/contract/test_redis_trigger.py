@@ -258,6 +258,32 @@ async def test_concurrent_claims_never_hand_out_an_id_twice(
             await t.close()
 
 
+async def test_workers_owning_shards_claim_only_theirs_and_together_all(
+    prefix: str, fake_clock: FakeClock, r: aioredis.Redis, redis_base: str
+) -> None:
+    url = f"{redis_base}?prefix={prefix}&shards=6&batch=24"
+    triggers = [RedisTrigger.from_url(f"{url}&own={i}/3", clock=fake_clock) for i in range(3)]
+    try:
+        assert [[s.index for s in t.owned] for t in triggers] == [
+            [0, 1, 3, 4],
+            [1, 2, 4, 5],
+            [0, 2, 3, 5],  # every shard claimed by two of the three workers
+        ]
+        now = fake_clock.now()
+        await triggers[0].armed([Armed(i, now) for i in range(1, 25)])  # arming: every shard
+        first = await triggers[0].wait(fake_clock, now)
+        assert sorted(first or []) == [i for i in range(1, 25) if i % 6 in (0, 1, 3, 4)]
+        rest = await asyncio.gather(*(t.wait(fake_clock, now) for t in triggers[1:]))
+        got = sorted(i for ids in [first, *rest] for i in ids or [])
+        assert got == list(range(1, 25))  # each exactly once
+    finally:
+        for t in triggers:
+            await t.close()
+    for bad in ("own=3/3", "own=1", "own=a/2"):
+        with pytest.raises(ConfigError):
+            RedisTrigger.from_url(f"{redis_base}?{bad}")
+
+
 # -- waiting -------------------------------------------------------------------------------------
 
 

@@ -9,6 +9,8 @@ shard ``timer_id mod S``.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -135,8 +137,9 @@ def _count(name: str, value: str) -> int:
 def split_url(url: str) -> tuple[str, dict[str, Any]]:
     """The URL without the trigger's options, and those options as keyword arguments.
 
-    ``horizon``, ``lease`` (durations), ``prefix``, ``batch`` and ``shards`` are the trigger's;
-    everything else is left for redis-py.
+    ``horizon``, ``lease`` (durations), ``prefix``, ``batch``, ``shards`` and ``own`` (``i/n``:
+    this process is worker i of n, see :func:`~dueflow.timers.redis.owned_shards`) are the
+    trigger's; everything else is left for redis-py.
 
     Raises:
         ConfigError: a malformed option or URL, or a scheme that is not Redis's.
@@ -156,6 +159,39 @@ def split_url(url: str) -> tuple[str, dict[str, Any]]:
             options[name] = value
         elif name in ("batch", "shards"):
             options[name] = _count(name, value)
+        elif name == "own":
+            mine, slash, workers = value.partition("/")
+            if not slash:
+                raise ConfigError(f"redis trigger: own must be i/n, not {value!r}")
+            options[name] = (_count(name, mine), _count(name, workers))
         else:
             rest.append((name, value))
     return urlunsplit(parts._replace(query=urlencode(rest))), options
+
+
+def owned_shards(shards: tuple[Shard, ...], own: tuple[int, int] | None) -> tuple[Shard, ...]:
+    """The shards worker ``i`` of ``n`` claims: index mod n is i or i + 1 (all with no ``own``).
+
+    Raises:
+        ConfigError: ``i`` not below ``n``, or a worker left with no shard.
+    """
+    if own is None:
+        return shards
+    mine, workers = own
+    if not 0 <= mine < workers:
+        raise ConfigError(f"redis trigger: own must be i/n with 0 <= i < n, not {mine}/{workers}")
+    picked = {mine, (mine + 1) % workers}
+    owned = tuple(s for s in shards if s.index % workers in picked)
+    if not owned:
+        raise ConfigError(f"redis trigger: worker {mine}/{workers} owns none of the shards")
+    return owned
+
+
+async def gather_all(calls: Sequence[Awaitable[Any]]) -> list[Any]:
+    """Await the calls at once; the first error is raised once every call has ended (none is
+    left running)."""
+    answers = await asyncio.gather(*calls, return_exceptions=True)
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            raise answer
+    return list(answers)

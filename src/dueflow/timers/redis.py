@@ -26,10 +26,11 @@ Keys, per shard (:mod:`dueflow.timers._redis_shards` names them; ``prefix`` defa
     timeout fires, which can be a server tick late, or :meth:`RedisTrigger.wake` was called),
     without cancelling the command (which would cost a reconnect). It expires by itself.
 
-Every worker claims every shard (at most ``batch / S`` ids from each at once, all shards in
-one round trip of concurrent scripts) and blocks on every shard's wake lists at once (one BLPOP
-per shard: BLPOP takes several keys only within one slot). A shard whose node fails makes only
-its own timers late: the others are claimed meanwhile, and the scanner fires what is overdue.
+A worker claims every shard, or with ``?own=i/n`` the shards whose index mod n is i or i + 1
+(at most ``batch / S`` ids from each at once, all its shards in one round trip of concurrent
+scripts), and blocks on their wake lists at once (one BLPOP per shard: BLPOP takes several keys
+only within one slot). A shard whose node fails makes only its own timers late: the others are
+claimed meanwhile, and the scanner fires what is overdue.
 
 Only timers due within ``horizon`` (default 1 h) are put into Redis; the feeder hands over the
 rest as they come within it. Redis is never the truth: losing every key costs lateness (the
@@ -51,7 +52,7 @@ import asyncio
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -69,6 +70,8 @@ from dueflow.timers._redis_shards import (
     MAX_SHARDS,
     Shard,
     from_ms,
+    gather_all,
+    owned_shards,
     split_url,
     to_ms,
 )
@@ -109,6 +112,7 @@ class RedisTrigger(Trigger):
         lease: timedelta = timedelta(seconds=60),
         batch: int = 1000,
         shards: int | None = None,
+        own: tuple[int, int] | None = None,
         clock: Clock | None = None,
     ) -> None:
         if horizon <= timedelta(0) or lease <= timedelta(0):
@@ -134,8 +138,11 @@ class RedisTrigger(Trigger):
             Shard.named(prefix, k, count, cluster=self.cluster, instance=instance)
             for k in range(count)
         )
-        #: Ids taken from each shard by one claim: the batch shared out.
-        self.per_shard = math.ceil(batch / count)
+        #: The shards this instance claims and blocks on: all, or with ``own=(i, n)`` those
+        #: whose index mod n is i or i + 1 (each shard claimed by two of n workers).
+        self.owned = owned_shards(self.shards, own)
+        #: Ids taken from each owned shard by one claim: the batch shared out.
+        self.per_shard = math.ceil(batch / len(self.owned))
         #: Redis errors ``wait`` has swallowed (the scanner covered for them).
         self.errors = 0
         #: Redis failed this instance since :meth:`lost` was last answered: timers armed
@@ -212,7 +219,7 @@ class RedisTrigger(Trigger):
             for s, pairs in by_shard.items()
         ]
         try:
-            await _all(calls)
+            await gather_all(calls)
         except REDIS_ERRORS as exc:
             self._failed = self._arm_failed = True
             raise BackendUnavailable(f"redis trigger cannot arm timers: {exc}") from exc
@@ -227,7 +234,7 @@ class RedisTrigger(Trigger):
         scanner covers due timers meanwhile; the next ask after Redis is back tells)."""
         client = self._redis()
         try:
-            fresh = await _all([client.set(s.fed, "1", nx=True) for s in self.shards])
+            fresh = await gather_all([client.set(s.fed, "1", nx=True) for s in self.shards])
         except REDIS_ERRORS as exc:
             self._failed = True
             self.errors += 1
@@ -255,7 +262,7 @@ class RedisTrigger(Trigger):
         answers = await asyncio.gather(
             *(
                 script(keys=[s.due, s.processing, s.wake, s.poke, s.fed], args=args)
-                for s in self.shards
+                for s in self.owned
             ),
             return_exceptions=True,
         )
@@ -282,7 +289,7 @@ class RedisTrigger(Trigger):
     async def next_at(self) -> datetime | None:
         """When the next claim could take something: the earliest due time or lease expiry."""
         async with self._redis().pipeline(transaction=False) as pipe:
-            for s in self.shards:
+            for s in self.owned:
                 pipe.zrange(s.due, 0, 0, withscores=True)
                 pipe.zrange(s.processing, 0, 0, withscores=True)
             heads = await pipe.execute()
@@ -335,7 +342,7 @@ class RedisTrigger(Trigger):
         client = self._redis()
         pops = {
             s: asyncio.ensure_future(client.blpop([s.wake, s.poke], timeout=seconds))
-            for s in self.shards
+            for s in self.owned
         }
         sleeper = asyncio.ensure_future(clock.sleep_until(target, event))
         try:
@@ -360,7 +367,7 @@ class RedisTrigger(Trigger):
     async def _poke(self, shards: Sequence[Shard]) -> None:
         """End this instance's pending BLPOPs: a marker on its own wake list of each shard."""
         client = self._redis()
-        await _all(
+        await gather_all(
             [client.lpush(s.poke, "1") for s in shards]
             + [client.pexpire(s.poke, POKE_TTL_MS) for s in shards]
         )
@@ -382,7 +389,7 @@ class RedisTrigger(Trigger):
             by_shard.setdefault(self.shard_of(timer_id), []).append(str(timer_id))
         client = self._redis()
         try:
-            await _all([client.zrem(s.processing, *ids) for s, ids in by_shard.items()])
+            await gather_all([client.zrem(s.processing, *ids) for s, ids in by_shard.items()])
         except REDIS_ERRORS as exc:
             raise BackendUnavailable(f"redis trigger cannot acknowledge timers: {exc}") from exc
 
@@ -401,13 +408,3 @@ class RedisTrigger(Trigger):
         client, self._client, self._claim, self._arm = self._client, None, None, None
         if client is not None:
             await client.aclose()
-
-
-async def _all(calls: Sequence[Awaitable[Any]]) -> list[Any]:
-    """Await the calls at once; the first error is raised once every call has ended (none is
-    left running)."""
-    answers = await asyncio.gather(*calls, return_exceptions=True)
-    for answer in answers:
-        if isinstance(answer, BaseException):
-            raise answer
-    return list(answers)
