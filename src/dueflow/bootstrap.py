@@ -158,7 +158,7 @@ def build_locks(settings: Settings, *, metrics: Metrics | None = None) -> Locks:
 
 def build_seat_cache(settings: Settings, *, metrics: Metrics | None = None) -> SeatCache:
     """The Redis seat cache at ``DUEFLOW_SEAT_CACHE_URL``, else on the Redis of the locks or of
-    a ``redis://`` trigger (with the trigger's key prefix, so two deployments sharing a Redis
+    a Redis trigger (with the trigger's key prefix, so two deployments sharing a Redis
     keep their shows apart); without Redis, none (the database answers every seat map)."""
     url = settings.seat_cache_url or settings.locks_url
     if url is None and redis_url.is_redis(settings.trigger_url):
