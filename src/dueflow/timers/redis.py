@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -156,6 +157,7 @@ class RedisTrigger(Trigger):
         self._claim: AsyncScript | None = None
         self._arm: AsyncScript | None = None
         self._wake: asyncio.Event | None = None
+        self._logged_at = float("-inf")
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> RedisTrigger:
@@ -269,13 +271,15 @@ class RedisTrigger(Trigger):
         failures = [a for a in answers if isinstance(a, BaseException)]
         if len(failures) == len(answers):
             raise failures[0]
+        # Some shards failed: the feeder is told once all of them answer again (a full feed
+        # now would fail on the same shards).
+        lost = self._failed and not failures
         if failures:
             self._failed = True
             self.errors += 1
             self._handled_error("claim")
-            log.warning("redis trigger: %d shards unavailable (%s)", len(failures), failures[0])
+            self._log_shards_down(len(failures), failures[0])
         ids: list[int] = []
-        lost = bool(failures) or self._failed
         for answer in answers:
             if isinstance(answer, BaseException):
                 continue
@@ -285,6 +289,13 @@ class RedisTrigger(Trigger):
         if lost:
             self._seen_lost()
         return ids
+
+    def _log_shards_down(self, count: int, error: BaseException) -> None:
+        """Log failed shards once per :data:`ERROR_PAUSE` (a claim runs many times a second)."""
+        now = time.monotonic()
+        if now - self._logged_at >= ERROR_PAUSE.total_seconds():
+            self._logged_at = now
+            log.warning("redis trigger: %d shards unavailable (%s)", count, error)
 
     async def next_at(self) -> datetime | None:
         """When the next claim could take something: the earliest due time or lease expiry."""
