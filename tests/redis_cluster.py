@@ -3,7 +3,7 @@ on free ports, in a temporary directory), made by ``redis-cli --cluster create``
 
 The contract tests' fixture starts one per session; a benchmark can have one too:
 
-    .venv/bin/python -m tests.redis_cluster      # prints the URL, runs until Ctrl-C
+    .venv/bin/python -m tests.redis_cluster      # prints the URL, runs until Ctrl-C or SIGTERM
 """
 
 from __future__ import annotations
@@ -206,7 +206,14 @@ def _until(predicate: object, message: str, seconds: float = 10) -> None:
         time.sleep(0.05)
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    # A background job ignores SIGINT: SIGTERM tears the nodes down too.
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     with running() as started:
         print(started.url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
