@@ -27,7 +27,7 @@ Keys, per shard (:mod:`dueflow.timers._redis_shards` names them; ``prefix`` defa
     without cancelling the command (which would cost a reconnect). It expires by itself.
 
 A worker claims every shard, or with ``?own=i/n`` the shards whose index mod n is i or i + 1
-(at most ``batch / S`` ids from each at once, all its shards in one round trip of concurrent
+(at most ``ceil(batch / shards claimed)`` ids from each at once, all in one round trip of concurrent
 scripts), and blocks on their wake lists at once (one BLPOP per shard: BLPOP takes several keys
 only within one slot). A shard whose node fails makes only its own timers late: the others are
 claimed meanwhile, and the scanner fires what is overdue.
