@@ -25,6 +25,9 @@ order_events = table_with_id(
     # (store/events.py); NULL until then. Ids are not that order: a slower transaction with a
     # lower id can commit later. The unique index also finds the rows still to number.
     Column("seq", BigInteger),
+    # The W3C traceparent of the span that wrote it (its webhook deliveries link there); NULL
+    # while tracing is off (dueflow/tracing.py).
+    Column("trace_parent", String(55)),
     Index("ix_order_events_seq", "seq", unique=True),
     # One user's feed: the events of that user's orders, in seq order, one range per order.
     Index("ix_order_events_order_id_seq", "order_id", "seq"),

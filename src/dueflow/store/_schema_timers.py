@@ -45,6 +45,9 @@ timers = table_with_id(
     Column("outcome", String(200)),
     Column("created_at", UTCDateTime, nullable=False),
     Column("done_at", UTCDateTime),
+    # The W3C traceparent of the span that armed it (its handler's span links there); NULL
+    # while tracing is off (dueflow/tracing.py).
+    Column("trace_parent", String(55)),
     UniqueConstraint("order_id", "kind"),
     # Due scans: an equality on state, then a range on due_at, keeps an empty scan one seek.
     # Partial (live timers only) on PostgreSQL: done timers cost the index nothing. SQLite keeps
