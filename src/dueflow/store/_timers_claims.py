@@ -43,6 +43,7 @@ def _due_by_id(now: datetime) -> Any:
 
 
 _CLAIMED_COLUMNS = (
+    timers.c.trace_parent,
     timers.c.id,
     timers.c.order_id,
     timers.c.kind,
@@ -86,6 +87,7 @@ async def _take(
             attempts=r.attempts,
             token=token,
             failures=r.failures,
+            trace_parent=r.trace_parent,
         )
         for r in rows
     ]

@@ -57,6 +57,8 @@ class Claimed:
     token: str
     #: The handler's failures on it in a row before this claim.
     failures: int = 0
+    #: The traceparent of the span that armed it (None while tracing was off).
+    trace_parent: str | None = None
 
 
 def new_token() -> str:

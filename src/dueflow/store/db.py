@@ -19,6 +19,7 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from dueflow import tracing
 from dueflow.store import sqlite_checkpoint, sqlite_inline
 
 # Connecting and the error translation, re-exported (``db.async_url``, ``db.translate``, ...).
@@ -242,18 +243,19 @@ class Database:
         """A write transaction: committed on success, rolled back on any error. What was
         registered with :func:`after_commit` runs after the commit, outside every lock."""
         hooks: list[AfterCommit] = []
-        if self.dialect != "sqlite":
-            async with self._write(hooks) as conn:
-                yield conn
-        else:
-            if self._write_lock is None:
-                self._write_lock = asyncio.Lock()
-            if self.checkpointer is not None:
-                self.checkpointer.start(self._write_lock)
-            async with self._write_lock, self._write(hooks) as conn:
-                yield conn
-            if self.checkpointer is not None:
-                self.checkpointer.committed()
+        with tracing.transaction("write", self.dialect):
+            if self.dialect != "sqlite":
+                async with self._write(hooks) as conn:
+                    yield conn
+            else:
+                if self._write_lock is None:
+                    self._write_lock = asyncio.Lock()
+                if self.checkpointer is not None:
+                    self.checkpointer.start(self._write_lock)
+                async with self._write_lock, self._write(hooks) as conn:
+                    yield conn
+                if self.checkpointer is not None:
+                    self.checkpointer.committed()
         for hook in hooks:
             try:
                 await hook()
@@ -289,15 +291,17 @@ class Database:
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A read-only transaction (on SQLite it takes no write lock)."""
-        async with self._read(self.engine) as conn:
-            yield conn
+        with tracing.transaction("read", self.dialect):
+            async with self._read(self.engine) as conn:
+                yield conn
 
     @asynccontextmanager
     async def report(self) -> AsyncIterator[AsyncConnection]:
         """A read-only transaction for long reads (counts over whole tables): on SQLite it runs
         on the driver's thread, so the event loop goes on meanwhile."""
-        async with self._read(self.report_engine) as conn:
-            yield conn
+        with tracing.transaction("report", self.dialect):
+            async with self._read(self.report_engine) as conn:
+                yield conn
 
     @asynccontextmanager
     async def _read(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:

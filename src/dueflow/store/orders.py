@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow import tracing
 from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
 from dueflow.store import snapshots, tally
@@ -242,6 +243,9 @@ async def add_event(
         "data": None if data is None else snapshots.encode(data),
         "snapshot": None if snapshot is None else snapshots.encode(snapshot),
     }
+    traceparent = tracing.current_traceparent()
+    if traceparent is not None:  # without it the INSERT is the same as before tracing
+        values["trace_parent"] = traceparent
     result = await conn.execute(_INSERT_EVENT, values)
     if snapshot is None:
         await snapshots.fill_now(conn, [order_id])
@@ -250,8 +254,11 @@ async def add_event(
     return {name: read[name] for name in TIMELINE_COLUMNS}
 
 
-#: What a timeline shows of each event: all but its envelope's data and order snapshot.
-TIMELINE_COLUMNS = tuple(c.name for c in order_events.c if c.name not in ("data", "snapshot"))
+#: What a timeline shows of each event: all but its envelope's data, order snapshot and
+#: traceparent.
+TIMELINE_COLUMNS = tuple(
+    c.name for c in order_events.c if c.name not in ("data", "snapshot", "trace_parent")
+)
 _TIMELINE = (
     select(*(order_events.c[name] for name in TIMELINE_COLUMNS))
     .where(order_events.c.order_id == bindparam("order_id"))

@@ -17,10 +17,11 @@ from decimal import Decimal
 from typing import Any
 
 import orjson
-from sqlalchemy import BigInteger, String, bindparam, case, func, select, update
+from sqlalchemy import BigInteger, String, Update, bindparam, case, func, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow import tracing
 from dueflow.store import db, tally
 from dueflow.store.schema import (
     order_events,
@@ -154,16 +155,25 @@ async def _fill(conn: AsyncConnection, order_ids: Sequence[int]) -> None:
     if not built:
         return
     texts = {oid: encode(snap) for oid, snap in built.items()}
+    # The events' traceparent goes in the same UPDATE (while tracing is off, nothing: the
+    # statements are the ones built once).
+    traceparent = tracing.current_traceparent()
     dialect = conn.dialect.name
     if dialect == "postgresql":
         params = {"order_ids": list(texts), "snapshots": list(texts.values())}
-        await conn.execute(_FILL_FROM_ARRAYS, params)
+        await conn.execute(_traced(_FILL_FROM_ARRAYS, traceparent), params)
     elif dialect == "sqlite":
         pairs = orjson.dumps([[oid, text] for oid, text in texts.items()]).decode()
-        await conn.execute(_FILL_FROM_JSON, {"pairs": pairs})
+        await conn.execute(_traced(_FILL_FROM_JSON, traceparent), {"pairs": pairs})
     else:
-        await conn.execute(
+        fill = (
             update(order_events)
             .where(e.order_id.in_(list(texts)), *_NEW)
             .values(snapshot=case(texts, value=e.order_id))
         )
+        await conn.execute(_traced(fill, traceparent))
+
+
+def _traced(statement: Update, traceparent: str | None) -> Update:
+    """``statement`` writing ``traceparent`` on the events too (as it is for None)."""
+    return statement if traceparent is None else statement.values(trace_parent=traceparent)

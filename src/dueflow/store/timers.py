@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import Integer, String, and_, false, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow import tracing
 from dueflow.domain.timers import TimerKind, TimerState
 from dueflow.store import tally
 from dueflow.store._timers_claims import (
@@ -154,6 +155,10 @@ async def schedule_rows(
         }
         for t in new
     ]
+    traceparent = tracing.current_traceparent()
+    if traceparent is not None:  # while tracing is off the INSERT is the same as without it
+        for row in rows:
+            row["trace_parent"] = traceparent
     if conn.dialect.insert_executemany_returning:
         written = (await conn.execute(_SCHEDULE_RETURNING, rows)).all()
     else:
@@ -227,7 +232,12 @@ async def schedule_for_orders(
         literal(now, UTCDateTime),
     ).where(tally.among(conn, orders.c.id, order_ids))
     columns = ["order_id", "kind", "deadline_at", "due_at", "state", "attempts", "stuck"]
-    statement = insert(timers).from_select([*columns, "created_at"], rows)
+    columns.append("created_at")
+    traceparent = tracing.current_traceparent()
+    if traceparent is not None:
+        rows = rows.add_columns(literal(traceparent, String))
+        columns.append("trace_parent")
+    statement = insert(timers).from_select(columns, rows)
     if conn.dialect.insert_returning:
         result = await conn.execute(statement.returning(timers.c.id))
         return [Armed(id=timer_id, due_at=due_at) for timer_id in result.scalars()]
