@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode
 
-from dueflow import redis_url
+from dueflow import redis_url, tracing
 from dueflow.clock import Clock, DatabaseClock, SystemClock
 from dueflow.config import Settings
 from dueflow.exceptions import ConfigError
@@ -181,7 +181,9 @@ def build(
     http: httpx.AsyncClient | None = None,
 ) -> Deps:
     """Wire every adapter from ``settings``. Without a ``clock``, time is the database
-    server's (:class:`~dueflow.clock.DatabaseClock`) where it has one, else this machine's."""
+    server's (:class:`~dueflow.clock.DatabaseClock`) where it has one, else this machine's.
+    Tracing starts here when the ``OTEL_*`` variables ask for it (:func:`tracing.setup`)."""
+    tracing.setup()
     db = Database.from_url(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous)
     if clock is None:
         clock = (

@@ -9,9 +9,11 @@ from urllib.parse import quote
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
+from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dueflow import tracing
 from dueflow.api import (
     admin,
     admin_pages,
@@ -41,7 +43,7 @@ def create_app(
     """dueflow's HTTP app over already wired ``deps`` (the caller owns their lifetime). The
     admin pages sign sessions with ``session_secret`` (a random one when None: sessions then
     end when the process does); ``secure_cookies`` for a deployment behind HTTPS."""
-    app = FastAPI(title="dueflow", version="0.1.0")
+    app = FastAPI(title="dueflow", version="0.1.0", telemetry=_telemetry())
     errors.install(app)
     # The order of the routers is the order of the OpenAPI document's paths.
     app.include_router(goods.router(deps))
@@ -87,6 +89,21 @@ def create_app(
     app.add_middleware(_Timed, deps=deps)
     _add_links(app)
     return app
+
+
+def _telemetry() -> TelemetryConfig:
+    """FastAPI's own span per request (named by method and route template, its status, taking
+    an incoming ``traceparent``) on dueflow's tracer provider, and nothing else of FastAPI's
+    telemetry; while tracing is off, none at all (the app is called as it was)."""
+    provider = tracing.provider()
+    return {
+        "tracing": provider is not None,
+        "tracer_provider": provider,
+        "metrics": False,
+        "logs": False,
+        "operation_spans": False,
+        "auto_configure": False,
+    }
 
 
 def _link(method: str, path: str, body: Any = None, **parameters: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from dueflow import tracing
 from dueflow.exceptions import (
     ActAsNotAllowed,
     ActAsRequired,
@@ -152,6 +153,9 @@ async def _authenticate(
             raise ActAsNotAllowed()
         found = Caller(user, None)
     request.state.user, request.state.key_id = found.user, found.key_id
+    if tracing.on():  # on the request's span
+        user_id = None if found.user is None else found.user.id
+        tracing.annotate({"enduser.id": user_id, "dueflow.key_id": found.key_id})
     return found
 
 
