@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from dueflow import tracing
 from dueflow.exceptions import BackendUnavailable, UnsafeURL
 from dueflow.notifiers import addresses, signing
 
@@ -77,6 +78,7 @@ class EventWebhook:
         headers = signing.signed_headers(
             target.secrets, event_id, event_id, int(self._clock()), body
         )
+        tracing.inject(headers)  # the delivery's span (service/webhooks.py)
         if replay:
             headers["Dueflow-Replay"] = "true"
             if "X-Dueflow-Delivery" in headers:

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from dueflow import tracing
 from dueflow.domain.events import ENVELOPE_VERSION
 from dueflow.exceptions import BackendUnavailable, DeliveryUnknown
 from dueflow.notifiers import signing
@@ -88,6 +89,15 @@ class WebhookNotifier(Notifier):
         self._client = httpx.AsyncClient(timeout=timeout)
 
     async def send(self, reminder: Reminder) -> None:
+        # One span for every try of the notice (a child of the handler's), on every POST.
+        with tracing.span(
+            "webhook notice",
+            kind=tracing.CLIENT,
+            attributes={"dueflow.notice": reminder.kind, "dueflow.order_id": reminder.order_id},
+        ):
+            await self._send(reminder)
+
+    async def _send(self, reminder: Reminder) -> None:
         envelope = envelope_of(reminder)
         body = encoded(envelope)
         msg_id = str(envelope["id"])
@@ -120,10 +130,12 @@ class WebhookNotifier(Notifier):
 
     def _headers(self, msg_id: str, reminder_id: int, body: bytes) -> dict[str, str]:
         """The signed headers: ``webhook-id`` is the envelope's id; the older
-        ``X-Dueflow-Delivery`` keeps the bare reminder id."""
-        return signing.signed_headers(
+        ``X-Dueflow-Delivery`` keeps the bare reminder id; ``traceparent`` while tracing."""
+        headers = signing.signed_headers(
             [self.secret], msg_id, str(reminder_id), int(time.time()), body
         )
+        tracing.inject(headers)
+        return headers
 
     async def close(self) -> None:
         await self._client.aclose()

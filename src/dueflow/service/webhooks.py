@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow import tracing
 from dueflow.exceptions import BackendUnavailable, InvalidInput, InvalidTransition, NotFound
 from dueflow.notifiers.event_webhook import EventWebhook, Target
 from dueflow.service import events
@@ -189,9 +190,16 @@ class Deliverer:
             if self._stop is not None and self._stop.is_set():
                 return sent, None  # stopping: the rest waits for the next process
             try:
-                await self.webhook.deliver(
-                    events.event_json(row), replay=stream.replay, target=endpoint.target
-                )
+                with tracing.span(
+                    "webhook deliver",
+                    kind=tracing.CLIENT,
+                    attributes={"dueflow.event.seq": row.seq, "dueflow.webhook": endpoint.label},
+                    links=(row.trace_parent,),
+                    root=True,
+                ):  # a failed delivery ends it with the error
+                    await self.webhook.deliver(
+                        events.event_json(row), replay=stream.replay, target=endpoint.target
+                    )
             except BackendUnavailable as exc:
                 return sent, await self._failed(endpoint, stream, row.seq, exc.message)
             await self._advance(endpoint, stream, row.seq)

@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
-from dueflow import logs
+from dueflow import logs, tracing
 from dueflow.domain import timers as timer_rules
 from dueflow.domain.timers import TimerKind
 from dueflow.exceptions import BackendUnavailable, Busy
@@ -89,8 +89,18 @@ class Worker:
         metrics.claimed(
             kind.value, [(t.deadline_at, t.attempts) for t in group], self.deps.clock.now()
         )
-        # One observation per kind's share of a batch, its reruns in place included.
-        with metrics.handler_duration.labels(kind.value).time():
+        # One observation per kind's share of a batch, its reruns in place included; one span,
+        # linked to the span that armed each timer (a trace of its own).
+        with (
+            metrics.handler_duration.labels(kind.value).time(),
+            tracing.span(
+                f"timer {kind.value}",
+                kind=tracing.CONSUMER,
+                attributes={"dueflow.timer.kind": kind.value, "dueflow.timers": len(group)},
+                links=(t.trace_parent for t in group),
+                root=True,
+            ),
+        ):
             await self._run_handler(kind, group)
 
     async def _run_handler(self, kind: TimerKind, group: Sequence[Claimed]) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from dueflow import tracing
 from dueflow.exceptions import (
     MalformedNotification,
     NotificationRejected,
@@ -361,10 +362,14 @@ class AlipayProvider(PaymentProvider):
         if notify:
             params["notify_url"] = self._notify_url
         params["sign"] = signing.sign(params, self._private_key, request=True)
+        headers: dict[str, str] = {}
         try:
-            response = await self._client.post(
-                self._gateway_url, data=params, timeout=self._timeout
-            )
+            with tracing.span(f"alipay {method}", kind=tracing.CLIENT):
+                tracing.inject(headers)
+                response = await self._client.post(
+                    self._gateway_url, data=params, headers=headers, timeout=self._timeout
+                )
+                tracing.annotate({"http.response.status_code": response.status_code})
         except httpx.HTTPError as exc:
             raise _wire.CallFailed(f"{method}: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:

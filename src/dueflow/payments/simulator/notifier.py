@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 
 import httpx
 
+from dueflow import tracing
 from dueflow.payments.simulator import alipay, wechatpay
 from dueflow.payments.simulator.state import (
     Attempt,
@@ -115,12 +116,15 @@ class Notifier:
         started = self._state.now()
         headers, content = self._render(notification)
         try:
-            response = await client.post(
-                notification.url,
-                content=content,
-                headers=headers,
-                timeout=TIMEOUTS[notification.provider],
-            )
+            name = f"simulator notify {notification.provider.value}"
+            with tracing.span(name, kind=tracing.CLIENT, root=True):
+                tracing.inject(headers)
+                response = await client.post(
+                    notification.url,
+                    content=content,
+                    headers=headers,
+                    timeout=TIMEOUTS[notification.provider],
+                )
         except httpx.HTTPError as exc:
             self._record(notification, started, None, f"{type(exc).__name__}: {exc}")
             return

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -22,6 +23,7 @@ from urllib.parse import quote
 import httpx
 from cryptography.hazmat.primitives.asymmetric import rsa as rsa_keys
 
+from dueflow import tracing
 from dueflow.clock import Clock, SystemClock
 from dueflow.exceptions import (
     ConfigError,
@@ -337,10 +339,13 @@ class WechatPayProvider(PaymentProvider):
             headers["Content-Type"] = "application/json"
         where = f"wechatpay {method} {path.partition('?')[0]}"
         try:
-            async with asyncio.timeout(self._timeout):
-                response = await self._client.request(
-                    method, self._base_url + path, content=body, headers=headers
-                )
+            with tracing.span(_span_name(method, path), kind=tracing.CLIENT):
+                tracing.inject(headers)
+                async with asyncio.timeout(self._timeout):
+                    response = await self._client.request(
+                        method, self._base_url + path, content=body, headers=headers
+                    )
+                tracing.annotate({"http.response.status_code": response.status_code})
         except TimeoutError:
             raise ProviderUnavailable(f"{where}: no answer in {self._timeout} s") from None
         except httpx.HTTPError as exc:
@@ -365,6 +370,15 @@ class WechatPayProvider(PaymentProvider):
                 f"{where}: HTTP {response.status_code} body is not JSON", answered=True
             )
         return _wire.Answer(response.status_code, parsed)
+
+
+#: The merchant's own numbers in a call's path: a span is named by the path's shape.
+_NUMBERS = re.compile(r"(?<=/out-trade-no/)[^/?]+|(?<=/refunds/)[^/?]+")
+
+
+def _span_name(method: str, path: str) -> str:
+    """``wechatpay POST /v3/pay/transactions/out-trade-no/{no}/close``: no order's number."""
+    return f"wechatpay {method} {_NUMBERS.sub('{no}', path.partition('?')[0])}"
 
 
 def _payment(transaction: Mapping[str, Any]) -> VerifiedPayment:
