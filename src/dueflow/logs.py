@@ -1,7 +1,10 @@
 """Logging set-up: plain text for people, JSON lines for machines (``DUEFLOW_LOG_FORMAT=json``).
 
-JSON lines carry the ids a record was logged with (``extra={"order_id": ...}``): order_id,
-timer_id, pay_no, reminder_id, refund_no.
+A line carries the ids it was logged with (``extra={"order_id": ...}``) and those bound around
+the code that logged it (:func:`bound`): the request id of the HTTP request being served, the
+timer (its id, order and trace id) a worker's handler runs for. JSON lines have them as fields
+(:data:`CONTEXT_KEYS`), text lines as ``key=value`` after the message. The access log
+(:data:`ACCESS`, a line a request) adds its own fields (:data:`ACCESS_KEYS`).
 """
 
 from __future__ import annotations
@@ -10,11 +13,35 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 from dueflow.exceptions import BackendUnavailable
 
-CONTEXT_KEYS = ("order_id", "timer_id", "pay_no", "reminder_id", "refund_no")
+CONTEXT_KEYS = (
+    "request_id",
+    "trace_id",
+    "timer_kind",
+    "timer_id",
+    "order_id",
+    "pay_no",
+    "reminder_id",
+    "refund_no",
+)
+#: The access log's logger: a line a request at INFO (``dueflow serve`` sets its level).
+ACCESS = "dueflow.access"
+#: The fields of an access line beside its context: the user the request was for and the
+#: service key that made it (either may be None).
+ACCESS_KEYS = ("method", "route", "status", "duration_ms", "user_id", "key_id")
+_FIELDS = CONTEXT_KEYS + ACCESS_KEYS
+# The fields bound around the code running now (a request, a timer handler's run): each task
+# has its own, as asyncio copies the context into every task it starts.
+_bound: ContextVar[Mapping[str, object]] = ContextVar(
+    "dueflow_log_fields", default=MappingProxyType({})
+)
 #: Seconds between two lines of one :func:`throttled` kind: a sustained outage logs a line a
 #: second (with how many it stands for), not a line, or a traceback, a request.
 THROTTLE_SECONDS = 1.0
@@ -23,6 +50,46 @@ _THROTTLE_KINDS = 256
 # When each kind of throttled line was last written, and how many were held back since. A
 # process-wide memory, as the loggers themselves are: every request and loop shares it.
 _throttled: dict[tuple[str, str], tuple[float, int]] = {}
+
+
+@contextmanager
+def bound(**fields: object) -> Iterator[None]:
+    """Within the block, every line logged (by this task and the tasks it starts) carries
+    ``fields`` besides those bound already, unless it was logged with its own value of one
+    (``extra=``). Read by :class:`ContextFilter`."""
+    token = _bound.set({**_bound.get(), **fields})
+    try:
+        yield
+    finally:
+        _bound.reset(token)
+
+
+class ContextFilter(logging.Filter):
+    """Puts the fields :func:`bound` around the logging code on each record (a handler's
+    filter: the formatters read them as record attributes)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in _bound.get().items():
+            if getattr(record, key, None) is None:
+                setattr(record, key, value)
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    """``at LEVEL logger message key=value ...``: the context ids a record carries after its
+    message."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        ids = [
+            f"{key}={value}"
+            for key in CONTEXT_KEYS
+            if (value := getattr(record, key, None)) is not None
+        ]
+        return f"{line} {' '.join(ids)}" if ids else line
 
 
 class JsonFormatter(logging.Formatter):
@@ -35,7 +102,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for key in CONTEXT_KEYS:
+        for key in _FIELDS:
             value = getattr(record, key, None)
             if value is not None:
                 entry[key] = value
@@ -76,13 +143,13 @@ def failed(logger: logging.Logger, what: str, error: BaseException) -> None:
         logger.error("%s", what, exc_info=error)
 
 
-def configure(*, verbose: bool, json_lines: bool) -> None:
-    """Send dueflow's logs to standard error, as text or JSON lines."""
+def configure(*, verbose: bool, json_lines: bool, access_log: bool = False) -> None:
+    """Send dueflow's logs to standard error, as text or JSON lines; the access log's lines
+    too (at INFO, verbose or not) with ``access_log``."""
     handler = logging.StreamHandler(sys.stderr)
-    if json_lines:
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    handler.addFilter(ContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger(ACCESS).setLevel(logging.INFO if access_log else logging.WARNING)
