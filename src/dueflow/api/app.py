@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import re
+import secrets
 import time
 from datetime import timedelta
 from typing import Any
@@ -13,7 +16,7 @@ from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dueflow import tracing
+from dueflow import logs, tracing
 from dueflow.api import (
     admin,
     admin_pages,
@@ -86,7 +89,10 @@ def create_app(
         deps.metrics.record_snapshot(await report.snapshot(deps))
         return Response(deps.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(_Timed, deps=deps)
+    # Outside every middleware of the app's own, the unexpected error's 500 included: that
+    # answer carries the request id and is timed and logged like any other.
+    build = app.build_middleware_stack
+    app.build_middleware_stack = lambda: _Timed(build(), deps)  # type: ignore[method-assign]
     _add_links(app)
     return app
 
@@ -195,9 +201,18 @@ def _add_links(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+log = logging.getLogger(__name__)
+access = logging.getLogger(logs.ACCESS)
+#: A request id a client (or a proxy in front) may send: printable ASCII without spaces, up to
+#: 128 characters; any other is replaced by one of ours.
+REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
+
+
 class _Timed:
-    """Every HTTP request's latency by method, route and status, as plain ASGI: a
-    ``BaseHTTPMiddleware`` would start a task group for every request and every body read."""
+    """Every HTTP request in one pass, as plain ASGI (a ``BaseHTTPMiddleware`` would start a
+    task group for every request and every body read): its latency by method, route and status,
+    its request id (the ``X-Request-Id`` sent, or made) bound to every line logged while it is
+    served and echoed in the answer, and its line in the access log."""
 
     def __init__(self, app: ASGIApp, deps: Deps) -> None:
         self.app = app
@@ -208,19 +223,74 @@ class _Timed:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500  # unless the app starts an answer of its own
+        status = 0  # until the app starts an answer
+        request_id = _request_id(scope)
 
         async def sent(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id)]
             await send(message)
 
-        try:
-            await self.app(scope, receive, sent)
-        finally:
-            # The router writes the matched route into the scope it was given.
-            path = getattr(scope.get("route"), "path", "unmatched")
-            self.deps.metrics.http_latency.labels(scope["method"], path, str(status)).observe(
-                time.perf_counter() - started
-            )
+        with logs.bound(request_id=request_id.decode()):
+            try:
+                await self.app(scope, receive, sent)
+            except Exception:
+                if not status:
+                    raise
+                # The answer (the 500) is given: the traceback is logged here, where it carries
+                # the request id, instead of by the server.
+                log.exception("unexpected error answering %s %s", scope["method"], scope["path"])
+            finally:
+                took = time.perf_counter() - started
+                # The router writes the matched route into the scope it was given.
+                route = getattr(scope.get("route"), "path", "unmatched")
+                self.deps.metrics.http_latency.labels(
+                    scope["method"], route, str(status or 500)
+                ).observe(took)
+                if access.isEnabledFor(logging.INFO):
+                    _log_access(scope, route, status or 500, took)
+
+
+def _request_id(scope: Scope) -> bytes:
+    """The request's ``X-Request-Id`` when it is one we take, else a new one (16 hex digits)."""
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            if REQUEST_ID.fullmatch(value):
+                return bytes(value)
+            break
+    return secrets.token_hex(8).encode()
+
+
+def _log_access(scope: Scope, route: str, status: int, took: float) -> None:
+    """The access line of a request: who made it is what the authentication kept in the
+    request's state (``request.state.user``, ``.key_id``)."""
+    state = scope.get("state") or {}
+    user = state.get("user")
+    user_id = getattr(user, "id", None)
+    key_id = state.get("key_id")
+    method = scope["method"]
+    access.info(
+        "%s %s %d %.1f ms%s",
+        method,
+        route,
+        status,
+        took * 1000,
+        _who(user_id, key_id),
+        extra={
+            "method": method,
+            "route": route,
+            "status": status,
+            "duration_ms": round(took * 1000, 2),
+            "user_id": user_id,
+            "key_id": key_id,
+        },
+    )
+
+
+def _who(user_id: int | None, key_id: int | None) -> str:
+    """`` user:5``, `` user:5@key:2``, `` key:2`` or nothing, as order events name actors."""
+    if user_id is None:
+        return "" if key_id is None else f" key:{key_id}"
+    return f" user:{user_id}" if key_id is None else f" user:{user_id}@key:{key_id}"

@@ -138,7 +138,8 @@ async def dueflow_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    """Anything else as a 500 in the error JSON; the exception is logged by the server."""
+    """Anything else as a 500 in the error JSON; the exception is logged with the request's id
+    once this answer is sent (by the outermost middleware, ``api/app.py``)."""
     code = ErrorCode.INTERNAL_ERROR
     return JSONResponse(error_body(code, "internal error"), code.status or 500)
 

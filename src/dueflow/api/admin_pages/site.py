@@ -65,7 +65,9 @@ class Pages:
         cookie = request.cookies.get(COOKIE)
         if not cookie:
             return None
-        return await sessions.session_user(self.deps, cookie, secret=self.secret)
+        user = await sessions.session_user(self.deps, cookie, secret=self.secret)
+        request.state.user = user  # whom the access log names
+        return user
 
     async def signed_in(
         self, request: Request, render: Callable[[User], Awaitable[Response]]
