@@ -133,7 +133,11 @@ async def _close_then_cancel(
             except PaymentMismatch as exc:
                 mismatched[order_id] = (outcome.payment, exc.message)
             except Exception as exc:
-                log.exception("confirming payment found at close failed for order %s", order_id)
+                log.exception(
+                    "confirming payment found at close failed for order %s",
+                    order_id,
+                    extra={"order_id": order_id},
+                )
                 unknown[order_id] = f"confirming the paid trade failed: {exc}"
     # The provider may have taken seconds: the cancel records the time it happens.
     await _cancel_or_retry(deps, how, batch, attempts, unknown, paid, mismatched, deps.clock.now())

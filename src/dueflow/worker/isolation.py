@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
 
+from dueflow import logs
 from dueflow.domain.timers import TimerKind, backoff, is_parked, quick_backoff
 from dueflow.exceptions import BackendUnavailable, Busy
 from dueflow.service.deps import Deps
@@ -24,6 +26,20 @@ log = logging.getLogger("dueflow.worker.runner")
 #: where running every half of a share that fails whole (a code error, a failure of every
 #: order) took 2n - 1. What is not isolated within that goes back whole.
 SPLIT_RUNS_PER_BIT = 4
+
+
+def bound(kind: TimerKind, group: Sequence[Claimed]) -> AbstractContextManager[None]:
+    """What the lines a handler logs on ``group`` carry (:func:`logs.bound`): the kind, and for
+    a single timer its id, its order and the trace it belongs to. (A line about one order of a
+    larger share names it with ``extra=``.)"""
+    if len(group) != 1:
+        return logs.bound(timer_kind=kind.value)
+    [timer] = group
+    # The trace id of the request that armed the timer is not kept with timers yet: the slot
+    # is here for when it is.
+    return logs.bound(
+        timer_kind=kind.value, timer_id=timer.id, order_id=timer.order_id, trace_id=None
+    )
 
 
 @dataclass
@@ -114,7 +130,8 @@ class Isolation:
                 await self.failed(kind, half, exc)
                 continue
             try:
-                await self.handlers[kind](self.deps, half)
+                with bound(kind, half):
+                    await self.handlers[kind](self.deps, half)
             except Exception as again:
                 await self.isolate(kind, half, again, budget)
             else:

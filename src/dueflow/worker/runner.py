@@ -18,7 +18,7 @@ from dueflow.service.deps import Deps
 from dueflow.service.timeouts import HANDLERS, Handler
 from dueflow.store import timers
 from dueflow.store.timers import Claimed
-from dueflow.worker import leases
+from dueflow.worker import isolation, leases
 
 # The feeder, re-exported: callers start it beside the worker (``runner.run_feeder``).
 from dueflow.worker.feeder import feed_between as feed_between
@@ -110,7 +110,8 @@ class Worker:
         pauses = iter(RERUN_PAUSES)
         while True:
             try:
-                await self.handlers[kind](self.deps, group)
+                with isolation.bound(kind, group):
+                    await self.handlers[kind](self.deps, group)
             except (BackendUnavailable, Busy) as exc:
                 if await _paused(pauses, exc, f"{kind.value} handler for {len(group)} timers"):
                     self.stats.reruns += 1
