@@ -128,6 +128,8 @@ class Settings(BaseSettings):
     wechatpay_api_v3_key: str | None = None
 
     log_format: Literal["text", "json"] = "text"
+    #: ``dueflow serve``'s access log: a line a request at INFO (``off`` for none).
+    access_log: bool = True
 
     #: Signs admin page sessions; a random one per start when unset (sessions end at restart).
     session_secret: str | None = Field(default=None, min_length=16)

@@ -79,8 +79,13 @@ async def with_deps(settings: Settings, action: Callable[[Deps], Awaitable[T]]) 
         return await action(deps)
 
 
-def configure_logging(verbose: bool, settings: Settings) -> None:
-    """Log lines as the settings say (JSON lines or text), debug ones too with ``verbose``."""
+def configure_logging(verbose: bool, settings: Settings, *, serving: bool = False) -> None:
+    """Log lines as the settings say (JSON lines or text), debug ones too with ``verbose``;
+    when ``serving`` HTTP, the access log unless the settings turn it off."""
     from dueflow import logs
 
-    logs.configure(verbose=verbose, json_lines=settings.log_format == "json")
+    logs.configure(
+        verbose=verbose,
+        json_lines=settings.log_format == "json",
+        access_log=serving and settings.access_log,
+    )

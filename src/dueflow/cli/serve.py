@@ -33,7 +33,7 @@ def serve(
     from dueflow.cli import server, supervisor
 
     settings = settings_or_exit()
-    configure_logging(verbose, settings)
+    configure_logging(verbose, settings, serving=True)
     run(
         supervisor.serve(
             settings,

@@ -114,8 +114,11 @@ def api_app(deps: Deps, settings: Settings) -> Any:
 
 def uvicorn_server(app: Any) -> Server:
     """uvicorn over the running loop (``loop="none"``: it creates none), parsing with
-    httptools."""
-    return Server(uvicorn.Config(app, http=HTTP, loop="none", backlog=BACKLOG, log_level="warning"))
+    httptools; its access log off (the app writes one of its own, ``dueflow.access``)."""
+    config = uvicorn.Config(
+        app, http=HTTP, loop="none", backlog=BACKLOG, log_level="warning", access_log=False
+    )
+    return Server(config)
 
 
 def implementation(server: Server) -> str:

@@ -255,7 +255,11 @@ def _api_process(
     # Ctrl-C in a terminal signals the whole process group; the parent decides for all.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     settings = load_settings(**values)
-    logs.configure(verbose=verbose, json_lines=settings.log_format == "json")
+    logs.configure(
+        verbose=verbose,
+        json_lines=settings.log_format == "json",
+        access_log=settings.access_log,
+    )
     try:
         uvloop.run(_serve_api(settings, sock, parent))
     except DueflowError as exc:
