@@ -19,6 +19,7 @@ from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from types import MappingProxyType
 
+from dueflow import tracing
 from dueflow.exceptions import BackendUnavailable
 
 CONTEXT_KEYS = (
@@ -85,6 +86,10 @@ class ContextFilter(logging.Filter):
         for key, value in _bound.get().items():
             if getattr(record, key, None) is None:
                 setattr(record, key, value)
+        if getattr(record, "trace_id", None) is None:
+            # The trace of the span current where the line was logged (a request's, a timer
+            # handler's): None, at the cost of one test, while tracing is off.
+            record.trace_id = tracing.current_trace_id()
         return True
 
 

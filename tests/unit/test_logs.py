@@ -89,3 +89,24 @@ def test_the_access_log_is_on_at_info_when_asked_even_when_not_verbose(configure
     assert not logging.getLogger("dueflow.x").isEnabledFor(logging.INFO)
     logs.configure(verbose=True, json_lines=False, access_log=False)
     assert not logging.getLogger(logs.ACCESS).isEnabledFor(logging.INFO)
+
+
+def test_a_line_logged_under_a_span_carries_its_trace_id(configured, capsys):
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from dueflow import tracing
+
+    logs.configure(verbose=False, json_lines=True)
+    log = logging.getLogger("dueflow.x")
+    tracing.start([InMemorySpanExporter()])
+    try:
+        with tracing.span("timer cancel_unpaid", root=True) as span:
+            log.warning("cancelled")
+        log.warning("outside")
+    finally:
+        tracing.stop()
+    log.warning("off")
+    inside, outside, off = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert span is not None
+    assert inside["trace_id"] == f"{span.get_span_context().trace_id:032x}"
+    assert "trace_id" not in outside and "trace_id" not in off

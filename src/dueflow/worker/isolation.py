@@ -30,16 +30,13 @@ SPLIT_RUNS_PER_BIT = 4
 
 def bound(kind: TimerKind, group: Sequence[Claimed]) -> AbstractContextManager[None]:
     """What the lines a handler logs on ``group`` carry (:func:`logs.bound`): the kind, and for
-    a single timer its id, its order and the trace it belongs to. (A line about one order of a
-    larger share names it with ``extra=``.)"""
+    a single timer its id and its order. (A line about one order of a larger share names it
+    with ``extra=``.) The trace id is the handler span's, which links to the spans that armed
+    the timers; :class:`logs.ContextFilter` puts it on every line while tracing is on."""
     if len(group) != 1:
         return logs.bound(timer_kind=kind.value)
     [timer] = group
-    # The trace id of the request that armed the timer is not kept with timers yet: the slot
-    # is here for when it is.
-    return logs.bound(
-        timer_kind=kind.value, timer_id=timer.id, order_id=timer.order_id, trace_id=None
-    )
+    return logs.bound(timer_kind=kind.value, timer_id=timer.id, order_id=timer.order_id)
 
 
 @dataclass
