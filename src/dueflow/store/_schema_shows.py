@@ -70,6 +70,7 @@ show_buyers = Table(
 )
 
 #: One ticket per seat of a paid order, its code unguessable; void once the show is cancelled.
+#: Checked in once at the door (service/checkin.py): when, at which gate, by whom (an actor).
 tickets = table_with_id(
     "tickets",
     Column("code", String(32), nullable=False, unique=True),
@@ -79,4 +80,9 @@ tickets = table_with_id(
     Column("state", String(8), nullable=False),  # valid | void
     Column("created_at", UTCDateTime, nullable=False),
     Column("voided_at", UTCDateTime),
+    Column("checked_in_at", UTCDateTime),
+    Column("checked_in_gate", String(40)),
+    Column("checked_in_by", String(64)),
+    # A show's tickets in seat order: the CSV export and the gate's counts.
+    Index("ix_tickets_show_id_seat_id", "show_id", "seat_id"),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0021"
-down_revision = "0019"
+down_revision = "0020"
 
 #: /admin/orders reads pages newest first (store/order_search.py). Kept to one status, a page
 #: is one range read of (status, id) (a status rare among the newest orders otherwise reads

@@ -1,0 +1,28 @@
+"""ticket check-in: when, at which gate and by whom a ticket was let in, and a show's tickets
+in seat order (the door's list and its CSV)"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from dueflow.store.types import UTCDateTime
+
+revision = "0020"
+down_revision = "0019"
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("tickets", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("checked_in_at", UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("checked_in_gate", sa.String(length=40), nullable=True))
+        batch_op.add_column(sa.Column("checked_in_by", sa.String(length=64), nullable=True))
+    op.create_index("ix_tickets_show_id_seat_id", "tickets", ["show_id", "seat_id"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_tickets_show_id_seat_id", table_name="tickets")
+    with op.batch_alter_table("tickets", schema=None) as batch_op:
+        batch_op.drop_column("checked_in_by")
+        batch_op.drop_column("checked_in_gate")
+        batch_op.drop_column("checked_in_at")
