@@ -106,8 +106,9 @@ class ErrorCode(StrEnum):
         "not_found",
         404,
         FIX,
-        "No such route, user, goods, order, show, SKU, coupon, flash sale, refund or timer; "
-        "someone else's order is answered so too.",
+        "No such route, user, goods, order, show, ticket, SKU, coupon, flash sale, refund or "
+        "timer; someone else's order, and a ticket or ticket list of a show not yours, is "
+        "answered so too.",
     )
     METHOD_NOT_ALLOWED = (
         "method_not_allowed",
@@ -223,6 +224,19 @@ class ErrorCode(StrEnum):
         REFETCH,
         "The show takes no orders (its sales closed, it started or was cancelled), or a flash "
         "sale has not started or has ended.",
+    )
+    TICKET_CHECKED_IN = (
+        "ticket_checked_in",
+        409,
+        REFETCH,
+        "The ticket was checked in already: `checked_in_at` and `gate` (beside `error`) say "
+        "when and where; the door refuses it.",
+    )
+    TICKET_VOID = (
+        "ticket_void",
+        409,
+        REFETCH,
+        "The ticket is void: its show or its order was cancelled; the door refuses it.",
     )
     COUPON_UNUSABLE = (
         "coupon_unusable",

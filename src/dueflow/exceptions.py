@@ -24,6 +24,8 @@ The tree::
     │   │   └── SeatUnavailable      a seat is held by another order or sold
     │   ├── SeatLimitExceeded        past the show's per-buyer seat limit
     │   ├── SalesClosed              the show takes no orders (closed, started, cancelled)
+    │   ├── TicketCheckedIn          the ticket was checked in already (when, at which gate)
+    │   ├── TicketVoid               the ticket's show or order was cancelled
     │   ├── PaymentMismatch          a payment's amount differs from what is owed
     │   └── TimerNotWaiting          run now: the timer is claimed by a worker, done or cancelled
     ├── BackendError                 a database, trigger or notifier failed
@@ -47,6 +49,7 @@ Each class docstring is its default message; each class names its code in the re
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar
 
 from dueflow.error_codes import ErrorCode
@@ -196,6 +199,27 @@ class SalesClosed(DomainError):
     sale has not started or has ended)."""
 
     code = ErrorCode.SALES_CLOSED
+
+
+class TicketCheckedIn(DomainError):
+    """The ticket was checked in already."""
+
+    code = ErrorCode.TICKET_CHECKED_IN
+
+    def __init__(
+        self, message: str | None = None, *, checked_in_at: datetime, gate: str | None
+    ) -> None:
+        self.checked_in_at = checked_in_at
+        self.gate = gate
+        #: Answered beside ``error`` (:mod:`dueflow.api.errors`).
+        self.beside_error = {"checked_in_at": checked_in_at.isoformat(), "gate": gate}
+        super().__init__(message)
+
+
+class TicketVoid(DomainError):
+    """The ticket is void: its show or its order was cancelled."""
+
+    code = ErrorCode.TICKET_VOID
 
 
 class OutOfStock(GoodsUnavailable):

@@ -113,10 +113,17 @@ async def test_every_type_written_is_published_and_each_snapshot_is_the_view(api
     await given_back.record(api.deps, [(attempt, attempt.amount)], world.clock.now())
     await same_as_view(api, given)
 
-    # Tickets: paid, then the organizer cancels the show (the worker cancels each order).
+    # Tickets: paid, checked in at the door, then the organizer cancels the show (the worker
+    # cancels each order).
     show_id = await api.show()
     ticket = await api.ticket_order(show_id, ["A-1"])
     await pay(api, ticket)
+    await same_as_view(api, ticket)
+    code = (await api.call("GET", f"/api/orders/{ticket}", "buyer")).json()["tickets"][0]["code"]
+    answer = await api.call(
+        "POST", f"/api/tickets/{code}/check-in", "seller", json={"gate": "North"}
+    )
+    assert answer.status_code == 200, answer.text
     await same_as_view(api, ticket)
     assert (await api.call("POST", f"/api/shows/{show_id}/cancel", "seller")).is_success
     await world.worker.drain()
@@ -156,6 +163,9 @@ async def test_every_type_written_is_published_and_each_snapshot_is_the_view(api
     assert by_type["refund_submitted"]["data"]["amount"] == "12.50"
     assert by_type["pay_timeout"]["actor"] == {"type": "system", "name": "timer"}
     assert by_type["event_skipped"]["actor"] == {"type": "operator", "name": "operator"}
+    checked_in = by_type["ticket_checked_in"]
+    assert checked_in["data"] == {"show_id": show_id, "seat": "A-1", "code": code, "gate": "North"}
+    assert checked_in["order"]["tickets"][0]["gate"] == "North"
 
 
 async def flash_order(api: Api) -> int:

@@ -30,6 +30,7 @@ from dueflow.api import (
     refunds,
     shop,
     shows,
+    tickets,
     webhooks,
 )
 from dueflow.service import readiness, report
@@ -56,6 +57,7 @@ def create_app(
     app.include_router(refunds.router(deps))
     app.include_router(keys.router(deps))
     app.include_router(shows.router(deps))
+    app.include_router(tickets.router(deps))
     app.include_router(shop.router(deps))
     app.include_router(events.router(deps))
     app.include_router(webhooks.router(deps))

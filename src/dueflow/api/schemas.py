@@ -264,6 +264,8 @@ class TicketView(View):
     seat: str = Field(description="the seat's label")
     code: str
     state: str = Field(description="valid | void (the show was cancelled)")
+    checked_in_at: datetime | None = Field(description="when it was checked in at the door")
+    gate: str | None = Field(description="where it was checked in (null: no gate was named)")
 
 
 class OrderView(OrderListItem):

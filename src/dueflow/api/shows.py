@@ -1,6 +1,7 @@
-"""The shows routes under ``/api/shows``: an organizer puts a show on sale with its seat map and
-may cancel it; anyone signed in reads a show and its seat map. Seats are ordered through
-``POST /api/orders`` (``show_id`` and ``seats``)."""
+"""The shows routes under ``/api/shows``: an organizer puts a show on sale with its seat map,
+may cancel it and exports its tickets as CSV; anyone signed in reads a show and its seat map.
+Seats are ordered through ``POST /api/orders`` (``show_id`` and ``seats``); tickets are checked
+in at ``POST /api/tickets/{code}/check-in`` (:mod:`dueflow.api.tickets`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from decimal import Decimal
 from typing import Annotated
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import Field, model_validator
 
 from dueflow.api import auth, idempotency
@@ -20,7 +21,7 @@ from dueflow.domain import seating
 from dueflow.domain.money import parse_yuan
 from dueflow.error_codes import ErrorCode
 from dueflow.exceptions import InvalidInput
-from dueflow.service import tickets
+from dueflow.service import checkin, tickets
 from dueflow.service.deps import Deps
 
 Price = Field(min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?$", examples=["380.00"])
@@ -225,4 +226,24 @@ def router(deps: Deps) -> APIRouter:
         view = await tickets.show_view(deps, show_id)
         return answer({"show": view, "orders_to_cancel": count})
 
+    @api.get(
+        "/{show_id}/tickets.csv",
+        response_class=Response,
+        responses={200: {"content": {"text/csv": {}}}, **errors(*WITH_PARAMS)},
+    )
+    async def tickets_csv(show_id: Id, request: Request) -> Response:
+        """The show's tickets in seat order as CSV (seat, code, buyer, state, checked_in_at,
+        gate), for its organizer or an admin (anyone else: 404)."""
+        found = await checkin.show_tickets(deps, show_id, auth.caller(request))
+        return csv_answer(checkin.tickets_csv(found), f"show-{show_id}-tickets.csv")
+
     return api
+
+
+def csv_answer(body: str, filename: str) -> Response:
+    """A CSV download named ``filename``."""
+    return Response(
+        body,
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )

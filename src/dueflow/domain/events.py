@@ -36,6 +36,7 @@ class EventType(StrEnum):
     REVIEW_TIMEOUT = OrderEvent.REVIEW_TIMEOUT.value
     SHOW_CANCELLED = "show_cancelled"
     SHOW_CANCEL = OrderEvent.SHOW_CANCEL.value
+    TICKET_CHECKED_IN = "ticket_checked_in"
     RELEASED = "released"
     REFUND_CREATED = "refund_created"
     REFUND_SUBMITTED = "refund_submitted"

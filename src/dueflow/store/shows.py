@@ -283,7 +283,14 @@ def new_code() -> str:
 async def tickets_for(conn: AsyncConnection, order_id: int) -> list[Any]:
     """The order's tickets with their seat labels, in seat order."""
     query = (
-        select(tickets.c.code, tickets.c.state, tickets.c.seat_id, seats.c.label)
+        select(
+            tickets.c.code,
+            tickets.c.state,
+            tickets.c.seat_id,
+            tickets.c.checked_in_at,
+            tickets.c.checked_in_gate,
+            seats.c.label,
+        )
         .join(seats, seats.c.id == tickets.c.seat_id)
         .where(tickets.c.order_id == order_id)
         .order_by(tickets.c.seat_id)

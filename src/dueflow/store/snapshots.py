@@ -62,6 +62,18 @@ def line_view(line: Any) -> dict[str, Any]:
     }
 
 
+def ticket_view(ticket: Any) -> dict[str, Any]:
+    """A ticket as an order's view and snapshot show it: its seat, code, state, and when and at
+    which gate it was checked in (null until it is)."""
+    return {
+        "seat": ticket.label,
+        "code": ticket.code,
+        "state": ticket.state,
+        "checked_in_at": ticket.checked_in_at,
+        "gate": ticket.checked_in_gate,
+    }
+
+
 async def build(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """The snapshot of each of these orders as it stands in this transaction: the order's own
     fields, ``lines``, ``tickets``, ``payments`` and ``refunds``, each as
@@ -83,13 +95,20 @@ async def build(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int, di
     shown = [oid for oid in ids if found[oid]["show_id"] is not None]
     if shown:
         query = (
-            select(tickets.c.order_id, tickets.c.code, tickets.c.state, seats.c.label)
+            select(
+                tickets.c.order_id,
+                tickets.c.code,
+                tickets.c.state,
+                tickets.c.checked_in_at,
+                tickets.c.checked_in_gate,
+                seats.c.label,
+            )
             .join(seats, seats.c.id == tickets.c.seat_id)
             .where(tally.among(conn, tickets.c.order_id, shown))
             .order_by(tickets.c.order_id, tickets.c.seat_id)
         )
         for t in await conn.execute(query):
-            found[t.order_id]["tickets"].append({"seat": t.label, "code": t.code, "state": t.state})
+            found[t.order_id]["tickets"].append(ticket_view(t))
     query = select(payments).where(tally.among(conn, payments.c.order_id, ids))
     for p in await conn.execute(query.order_by(payments.c.id)):
         found[p.order_id]["payments"].append(dict(p._mapping))

@@ -25,6 +25,7 @@ from dueflow.api import (
     refunds,
     shop,
     shows,
+    tickets,
     webhooks,
 )
 from dueflow.payments.base import (
@@ -288,6 +289,7 @@ def build_app(deps: Deps) -> FastAPI:
     app.include_router(refunds.router(deps))
     app.include_router(keys.router(deps))
     app.include_router(shows.router(deps))
+    app.include_router(tickets.router(deps))
     app.include_router(shop.router(deps))
     app.include_router(webhooks.router(deps))
     return app

@@ -16,6 +16,7 @@ from dueflow.store import (
     orders,
     payments,
     shows,
+    snapshots,
     timers,
 )
 
@@ -43,7 +44,7 @@ async def view_in(conn: AsyncConnection, order_id: int) -> dict[str, Any]:
         for r in (await holds.lines_of(conn, [order_id]))[order_id]
     ]
     view["tickets"] = [
-        {"seat": t.label, "code": t.code, "state": t.state}
+        snapshots.ticket_view(t)
         # Only a show's orders have tickets: the others skip the statement.
         for t in (await shows.tickets_for(conn, order_id) if order.show_id is not None else [])
     ]
