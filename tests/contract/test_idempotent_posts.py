@@ -23,6 +23,7 @@ from dueflow.api.app import create_app
 from dueflow.payments.base import RefundResult
 from dueflow.service import (
     accounts,
+    checkin,
     events,
     keys,
     operations,
@@ -177,6 +178,11 @@ async def _show(api: Api) -> Request:
     return Request({}, _show_body(api, "Winter concert"), _show_body(api, "Spring concert"))
 
 
+async def _ticket(api: Api) -> Request:
+    code = await api.paid_ticket(await api.show(), "A-1")
+    return Request({"code": code}, {"gate": "North"}, {"gate": "South"})  # type: ignore[dict-item]
+
+
 async def _a_show(api: Api) -> Request:
     show_id = await api.show()
     return Request({"show_id": show_id}, other_path=_elsewhere({"show_id": show_id}))
@@ -310,6 +316,7 @@ CASES = {
         ),
         Case("/api/shows", "seller", _show, (tickets, "create_show"), 201),
         Case("/api/shows/{show_id}/cancel", "seller", _a_show, (tickets, "cancel_show")),
+        Case("/api/tickets/{code}/check-in", "seller", _ticket, (checkin, "check_in")),
         Case("/api/skus", "seller", _sku, (shop, "create_sku"), 201),
         Case("/api/skus/{sku_id}/restock", "seller", _restock, (shop, "restock")),
         Case("/api/coupon-templates", "seller", _template, (shop, "create_template"), 201),
