@@ -8,7 +8,8 @@ with a redirect (post, redirect, get). Actions report back through a one-shot fl
 One module per area, each adding its pages with ``add_routes(routes, pages)``: ``session``
 (static files, login, logout), ``dashboard``, ``orders`` (the list, its CSV, one order), ``refunds`` (the queue and its
 actions), ``timers``, ``events`` (the webhook's replay and skip), ``webhooks`` (the webhook
-endpoints and their actions), ``shows``, ``shop``, ``keys`` (service keys) and ``users``;
+endpoints and their actions), ``shows``, ``gate`` (a show's door, for its organizer too),
+``shop``, ``keys`` (service keys) and ``users``;
 ``site`` holds what they share (:class:`~dueflow.api.admin_pages.site.Pages`). The templates
 and static files are in ``api/templates`` and ``api/static``.
 """
@@ -23,6 +24,7 @@ from fastapi import APIRouter
 from dueflow.api.admin_pages import (
     dashboard,
     events,
+    gate,
     keys,
     orders,
     refunds,
@@ -46,6 +48,7 @@ AREAS = (
     events.add_routes,
     webhooks.add_routes,
     shows.add_routes,
+    gate.add_routes,
     shop.add_routes,
     keys.add_routes,
     users.add_routes,
