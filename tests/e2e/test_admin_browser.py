@@ -390,3 +390,102 @@ def test_an_operator_finds_orders_searches_them_and_exports_the_csv(
         phone.screenshot(path=str(shots / "admin-orders-phone.png"), full_page=True)
         browser.close()
         assert served.stop() == 0
+
+
+def gate_controls_outside(page: playwright_api.Page, width: int) -> list[str]:
+    """The gate page's controls (fields, buttons, links) not wholly inside ``width`` or not
+    drawn at all."""
+    boxes = page.locator("main textarea, main input:not([type=hidden]), main button, main a")
+    found = boxes.evaluate_all(
+        """elements => elements.map(el => {
+            const box = el.getBoundingClientRect();
+            return {name: el.name || el.textContent.trim(), left: box.left, right: box.right,
+                    height: box.height};
+        })"""
+    )
+    return [
+        f"{b['name']}: x {b['left']:.0f}-{b['right']:.0f}, height {b['height']:.0f}"
+        for b in found
+        if b["left"] < -0.5 or b["right"] > width + 0.5 or b["height"] <= 0
+    ]
+
+
+def test_an_organizer_checks_tickets_in_at_the_gate_on_a_phone_and_an_admin_on_a_laptop(
+    tmp_path: Path, chromium_path: Path, shots: Path
+) -> None:
+    with (
+        serve(tmp_path) as served,
+        api(served, "alice") as alice,
+        api(served, "bob") as bob,
+        playwright_api.sync_playwright() as pw,
+    ):
+        show = alice.post(
+            "/api/shows",
+            json={
+                "title": "Spring <gala>",
+                "venue": "Hall 2",
+                "starts_at": "2099-04-01T19:30:00+08:00",
+                "sales_close_at": "2099-04-01T18:00:00+08:00",
+                "seats": [{"label": f"B-{n}", "price": "180.00"} for n in range(1, 5)],
+            },
+        ).json()
+        bought = bob.post("/api/orders", json={"show_id": show["id"], "seats": ["B-3", "B-4"]})
+        assert bought.status_code == 201, bought.text
+        pay_through_alipay(served, bob, bought.json()["id"], "paid")
+        first, second = (
+            t["code"] for t in bob.get(f"/api/orders/{bought.json()['id']}").json()["tickets"]
+        )
+        gate_path = f"/admin/shows/{show['id']}/gate"
+        expect = playwright_api.expect
+        browser = pw.chromium.launch(executable_path=str(chromium_path), args=FLAGS)
+
+        # alice, the organizer (no admin), signs in at her show's gate on a phone.
+        phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+        phone.goto(f"{served.base}{gate_path}")
+        phone.fill("input[name=token]", served.tokens["alice"])
+        phone.click("button[type=submit]")
+        expect(phone.locator("#gate-title")).to_have_text("Spring <gala>")
+        expect(phone.locator("#gate-counts")).to_contain_text("0 of 2 checked in")
+        phone.fill("textarea[name=codes]", f"{first}\n{first}\nnot-a-ticket")
+        phone.fill("input[name=gate]", "East")
+        phone.click("text=Check in")
+        verdicts = phone.locator(".verdict strong")
+        expect(verdicts).to_have_text(["Valid", "Checked in already", "Unknown code"])
+        expect(phone.locator(".verdict.v-valid")).to_contain_text("seat B-3")
+        expect(phone.locator(".verdict.v-checked_in")).to_contain_text("at gate East")
+        expect(phone.locator("#gate-counts")).to_contain_text("1 of 2 checked in")
+        expect(phone.locator("input[name=gate]")).to_have_value("East")
+        assert gate_controls_outside(phone, 390) == []
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the gate page scrolls sideways on a phone ({width}px)"
+        colours = {
+            kind: phone.locator(f".verdict.v-{kind}").evaluate(
+                "v => getComputedStyle(v).backgroundColor"
+            )
+            for kind in ("valid", "checked_in", "unknown")
+        }
+        assert len(set(colours.values())) == 3, colours
+        phone.screenshot(path=str(shots / "admin-gate-phone.png"), full_page=True)
+        # Her gate session opens no other admin page.
+        phone.goto(f"{served.base}/admin/shows/{show['id']}")
+        expect(phone.locator("input[name=token]")).to_be_visible()  # the admin log in
+
+        # An operator opens the gate from the show's page on a laptop.
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        log_in(page, served, f"/admin/shows/{show['id']}")
+        page.click("#show-door >> text=Gate")
+        page.fill("textarea[name=codes]", second)
+        page.click("text=Check in")
+        expect(page.locator(".verdict strong")).to_have_text(["Valid"])
+        expect(page.locator("#gate-counts")).to_contain_text("2 of 2 checked in")
+        assert gate_controls_outside(page, 1280) == []
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 1280, f"the gate page scrolls sideways ({width}px)"
+        page.screenshot(path=str(shots / "admin-gate.png"), full_page=True)
+        with page.expect_download() as download:
+            page.click("text=Tickets CSV")
+        rows = Path(download.value.path()).read_text().splitlines()
+        assert rows[0] == "seat,code,buyer,state,checked_in_at,gate"
+        assert [r.split(",")[0] for r in rows[1:]] == ["B-3", "B-4"]
+        browser.close()
+        assert served.stop() == 0
