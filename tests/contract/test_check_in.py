@@ -27,6 +27,7 @@ from tests.conftest import START
 from tests.contract.race_harness import race, rows
 from tests.unit.api import Api, running_api
 from tests.unit.api.shop_world import fails
+from tests.unit.test_statement_counts import Counting, Sent
 
 
 @pytest.fixture
@@ -219,3 +220,24 @@ async def test_many_scans_of_one_code_at_once_let_it_in_once(api, backend_url):
     assert all(e.gate == gate and e.checked_in_at == START for e in refused)
     assert await door_rows(api.deps, code) == [(START, gate, f"user:{organizer.id}")]
     assert len(await events_of(api.deps, "ticket_checked_in")) == 1
+
+
+async def test_a_check_in_sends_its_pinned_statements(api):
+    """The caller's token (1); the UPDATE (1) and the ticket read for the answer (1); the
+    order's event (1) and its snapshot (the order, its lines, tickets, payments, refunds: 5, and
+    the UPDATE writing it: 1). A refusal: the UPDATE and the read that says why."""
+    show_id = await api.show()
+    codes = [await api.paid_ticket(show_id, seat) for seat in ("A-1", "A-2")]
+    counting = Counting(api)
+    try:
+        found = []
+        for code in codes:  # the second one is counted: statements compiled by then
+            _, sent = await counting(check_in(api, code, "seller"))
+            found.append(sent.counts())
+        counting.sent = Sent()
+        refused = await check_in(api, codes[0], "seller")
+        fails(refused, 409, "ticket_checked_in")
+        found.append(counting.sent.counts())
+    finally:
+        counting.close()
+    assert found[1:] == [(10, 2, 1), (3, 2, 1)], sent.statements
