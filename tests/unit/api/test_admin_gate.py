@@ -58,7 +58,7 @@ async def sign_in(client: httpx.AsyncClient, show_id: int, token: str) -> str:
     return csrf_of(page.text)
 
 
-async def test_an_organizer_checks_codes_in_at_their_own_shows_gate(client, world):
+async def test_an_organizer_checks_codes_in_at_their_own_shows_gate(app, client, world):
     ada, token = await organizer(world)
     show_id = await world.show("A:1-4", organizer=ada)
     first, second = await sold(world, show_id, "A-1"), await sold(world, show_id, "A-2")
@@ -82,6 +82,16 @@ async def test_an_organizer_checks_codes_in_at_their_own_shows_gate(client, worl
     async with world.deps.db.read() as conn:
         gates = (await conn.execute(select(schema.tickets.c.checked_in_gate))).scalars().all()
     assert gates == ["North", "North"]
+    # The order's page (an admin's) says when and where each ticket was let in.
+    async with world.deps.db.read() as conn:
+        order_id = (await conn.execute(select(schema.tickets.c.order_id))).scalars().first()
+    _, root = await accounts.add_user(world.deps, "root", admin=True)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://dueflow"
+    ) as operator:
+        await log_in(operator, root)
+        order_page = await operator.get(f"/admin/orders/{order_id}")
+    assert "2026-03-01 12:00:00 at gate North" in order_page.text
     csv = await client.get(f"/admin/shows/{show_id}/tickets.csv")
     assert csv.status_code == 200 and csv.text.startswith("seat,code,buyer,state")
     assert csv.text.count(",North") == 2
