@@ -229,8 +229,8 @@ class ErrorCode(StrEnum):
         "ticket_checked_in",
         409,
         REFETCH,
-        "The ticket was checked in already: `checked_in_at` and `gate` (beside `error`) say "
-        "when and where; the door refuses it.",
+        "The ticket was checked in already; the message says when (ISO 8601, UTC) and at which "
+        "gate: the door refuses it.",
     )
     TICKET_VOID = (
         "ticket_void",

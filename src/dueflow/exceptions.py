@@ -211,8 +211,6 @@ class TicketCheckedIn(DomainError):
     ) -> None:
         self.checked_in_at = checked_in_at
         self.gate = gate
-        #: Answered beside ``error`` (:mod:`dueflow.api.errors`).
-        self.beside_error = {"checked_in_at": checked_in_at.isoformat(), "gate": gate}
         super().__init__(message)
 
 

@@ -134,10 +134,7 @@ async def dueflow_error(request: Request, exc: Exception) -> JSONResponse:
     field = getattr(exc, "field", None)
     located_field = located(request, field) if field else None
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    body = error_body(exc.code, message, located_field)
-    # What a refusal says beside the error (a ticket checked in: when, at which gate).
-    body.update(getattr(exc, "beside_error", {}))
-    return JSONResponse(body, status, headers=headers)
+    return JSONResponse(error_body(exc.code, message, located_field), status, headers=headers)
 
 
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:

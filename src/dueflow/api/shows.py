@@ -229,7 +229,13 @@ def router(deps: Deps) -> APIRouter:
     @api.get(
         "/{show_id}/tickets.csv",
         response_class=Response,
-        responses={200: {"content": {"text/csv": {}}}, **errors(*WITH_PARAMS)},
+        responses={
+            200: {
+                "description": "the tickets, a header line first",
+                "content": {"text/csv": {"schema": {"type": "string"}}},
+            },
+            **errors(*WITH_PARAMS),
+        },
     )
     async def tickets_csv(show_id: Id, request: Request) -> Response:
         """The show's tickets in seat order as CSV (seat, code, buyer, state, checked_in_at,

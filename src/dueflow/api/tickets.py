@@ -64,8 +64,8 @@ def router(deps: Deps) -> APIRouter:
         body: CheckIn | None = None,
     ) -> JSONResponse:
         """Check the ticket in at the door (the body's ``gate``, optional): 200 with the
-        ticket, when it is valid and not checked in yet; 409 ``ticket_checked_in`` with
-        ``checked_in_at`` and ``gate`` beside ``error`` when it was; 409 ``ticket_void`` when
+        ticket, when it is valid and not checked in yet; 409 ``ticket_checked_in`` when it was
+        (its message says when, ISO 8601, and at which gate); 409 ``ticket_void`` when
         its show or order was cancelled; 404 for an unknown code or a ticket of a show the
         caller does not organize. Of concurrent scans of one code exactly one is valid. With an
         ``Idempotency-Key`` a repeat of a valid check-in answers that 200 again; a second scan

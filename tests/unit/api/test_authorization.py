@@ -105,6 +105,11 @@ async def webhook_endpoint(api: Api) -> int:
     return int(made["id"])
 
 
+async def paid_ticket(api: Api) -> str:
+    """A paid ticket's code (its show the seller's, bought by the buyer)."""
+    return await api.paid_ticket(await api.show(), "A-1")
+
+
 @dataclass
 class Route:
     """A route, the state it is called in, and each caller's expected status, in calling order
@@ -113,7 +118,7 @@ class Route:
     method: str
     path: str  # "{id}" is replaced by the id ``setup`` returns
     expected: dict[str | None, int]
-    setup: Callable[[Api], Awaitable[int]] | None = None
+    setup: Callable[[Api], Awaitable[int | str]] | None = None
     body: dict[str, Any] | Callable[[Api, int], Awaitable[dict[str, Any]]] | None = None
 
 
@@ -152,6 +157,21 @@ ROUTES = {
         "POST",
         "/api/shows/{id}/cancel",
         {None: 401, "stranger": 403, "buyer": 403, "admin": 403, "seller": 200},
+        setup=Api.show,
+    ),
+    # The organizer checks a ticket in; anyone else is told what an unknown code is told; an
+    # admin may too (after the organizer: checked in already).
+    "check in": Route(
+        "POST",
+        "/api/tickets/{id}/check-in",
+        {None: 401, "stranger": 404, "buyer": 404, "seller": 200, "admin": 409},
+        setup=paid_ticket,
+        body={"gate": "North"},
+    ),
+    "tickets csv": Route(
+        "GET",
+        "/api/shows/{id}/tickets.csv",
+        {None: 401, "stranger": 404, "buyer": 404, "seller": 200, "admin": 200},
         setup=Api.show,
     ),
     "hold seats": Route(
@@ -377,6 +397,7 @@ SCOPES_BY_PATH = [
     ("/api/events", "events"),
     ("/api/goods", "catalog"),
     ("/api/shows", "catalog"),
+    ("/api/tickets", "catalog"),
     ("/api/skus", "catalog"),
     ("/api/coupon-templates", "catalog"),
     ("/api/flash-sales", "catalog"),
