@@ -9,10 +9,10 @@ from dueflow.store.schema import metadata
 
 def test_head_constant_matches_the_scripts():
     scripts = ScriptDirectory.from_config(migrate.alembic_config())
-    assert scripts.get_current_head() == migrate.HEAD == "0021"  # the order list's indexes
+    assert scripts.get_current_head() == migrate.HEAD == "0022"  # the dashboard's indexes
     # one line of revisions, 0001 to the head, each on the one before
     line = [s.revision for s in scripts.walk_revisions()]
-    assert line == [f"{n:04d}" for n in range(21, 0, -1)]
+    assert line == [f"{n:04d}" for n in range(22, 0, -1)]
 
 
 async def test_migrations_create_exactly_the_schema(tmp_path):

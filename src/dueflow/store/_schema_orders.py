@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
 
-from dueflow.store._schema_base import table_with_id, timestamps
+from dueflow.store._schema_base import metadata, table_with_id, timestamps
 from dueflow.store.types import ExactText, Id, Money, UTCDateTime
 
 users = table_with_id(
@@ -73,6 +85,38 @@ orders = table_with_id(
     # and placed between two times (read in placing order), each page one range read.
     Index("ix_orders_status_id", "status", "id"),
     Index("ix_orders_created_at_id", "created_at", "id"),
+    # The orders that moved last (every move sets updated_at): the dashboard's invariants
+    # check the latest changes (service/invariants.py), its counts add the orders that reached
+    # a final status since their watermark (store/counts.py).
+    Index("ix_orders_updated_at", "updated_at"),
+    # The live orders of each status by their deadline (the invariant "no order left past its
+    # deadline"): partial, so only live orders cost them anything. PostgreSQL and SQLite only
+    # (MySQL has no partial index: there that check walks ix_orders_status).
+    *(
+        Index(
+            name,
+            column,
+            postgresql_where=text(f"status = '{status}'"),
+            sqlite_where=text(f"status = '{status}'"),
+        ).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]  # a tuple: documented
+        for name, column, status in (
+            ("ix_orders_pay_due", "pay_deadline", "pending_payment"),
+            ("ix_orders_ship_due", "ship_deadline", "pending_shipment"),
+            ("ix_orders_receive_due", "receive_deadline", "shipped"),
+            ("ix_orders_review_due", "review_deadline", "received"),
+        )
+    ),
+)
+
+#: How many orders are in each final status (completed, cancelled: no order leaves one), counted
+#: up to ``upto`` (the same in every row): the dashboard adds the orders that moved since
+#: (store/counts.py) instead of counting every order on each refresh.
+order_counts = Table(
+    "order_counts",
+    metadata,
+    Column("status", String(32), primary_key=True),
+    Column("orders", BigInteger, nullable=False),
+    Column("upto", UTCDateTime, nullable=False),
 )
 
 #: What each order holds, one row per thing held, kept for good (what was bought): goods, seats

@@ -3,7 +3,8 @@
 One metadata for every table; the tables are written by area in private modules and re-exported
 here, so callers keep ``schema.orders``, ``schema.timers``, ...:
 
-- ``_schema_orders``: users, goods, orders, order_lines, idempotency_keys, reviews
+- ``_schema_orders``: users, goods, orders, order_lines, order_counts, idempotency_keys,
+  reviews
 - ``_schema_shows``: shows, seats, seat_holds, show_buyers, tickets
 - ``_schema_shop``: skus, coupon_templates, coupons, flash_sales, flash_buyers
 - ``_schema_payments``: payments, refunds, discrepancies, notifications
@@ -21,6 +22,7 @@ from dueflow.store._schema_keys import api_keys
 from dueflow.store._schema_orders import (
     goods,
     idempotency_keys,
+    order_counts,
     order_lines,
     orders,
     reviews,
@@ -49,6 +51,7 @@ __all__ = [
     "idempotency_keys",
     "metadata",
     "notifications",
+    "order_counts",
     "order_events",
     "order_lines",
     "orders",
