@@ -3,14 +3,18 @@
 flash sales, coupons, and one order_closed notice per cancelled order.
 
 Each check is one statement, so it sees one instant even while orders move (a statement reads
-one snapshot on every backend); each returns the offenders' ids, in id order.
+one snapshot on every backend); each returns the offenders' ids, in id order. Each takes the ids
+it is limited to (the items or orders of the latest changes, service/invariants.py), or None:
+every row.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, and_, func, literal, or_, select, union
+from sqlalchemy import ColumnElement, Table, and_, func, literal, or_, select, true, union
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderStatus
@@ -24,6 +28,20 @@ from dueflow.store.schema import timers as t_timers
 #: let them go; every other order was paid (its units sold, its coupon used), cancelled or not.
 _UNPAID = OrderStatus.PENDING_PAYMENT.value
 _NEVER_PAID = OrderStatus.CANCELLED_UNPAID.value
+
+
+def within(column: Any, ids: Sequence[int] | None) -> ColumnElement[bool]:
+    """``column`` among ``ids``; no limit at all when ``ids`` is None (the full check)."""
+    return true() if ids is None else column.in_(ids)
+
+
+@dataclass(frozen=True)
+class CouponScope:
+    """What the coupon checks are limited to: the coupons of these orders, these coupons
+    (None each: every one)."""
+
+    orders: Sequence[int] | None = None
+    coupons: Sequence[int] | None = None
 
 
 def _units_on_lines(kind: str, *where: Any) -> Any:
@@ -44,26 +62,30 @@ async def _ids(conn: AsyncConnection, query: Any) -> list[int]:
 
 
 async def units_promises(
-    conn: AsyncConnection, table: Table, kind: str
+    conn: AsyncConnection, table: Table, kind: str, ids: Sequence[int] | None = None
 ) -> tuple[list[int], list[int], list[int]]:
-    """For SKUs or flash sales (``table``, whose units are lines of ``kind``): those whose
-    counts do not add up, whose held units are not their unpaid orders', whose sold units are
-    not their paid orders'. Each one statement, so each sees one instant."""
+    """For SKUs or flash sales (``table``, whose units are lines of ``kind``; those of ``ids``):
+    those whose counts do not add up, whose held units are not their unpaid orders', whose sold
+    units are not their paid orders'. Each one statement, so each sees one instant."""
+    if ids is not None and not ids:
+        return [], [], []
     c = table.c
     unbalanced = select(c.id).where(
-        or_(c.stock < 0, c.held < 0, c.sold < 0, c.stock + c.held + c.sold != c.stocked)
+        within(c.id, ids),
+        or_(c.stock < 0, c.held < 0, c.sold < 0, c.stock + c.held + c.sold != c.stocked),
     )
-    live = _units_on_lines(kind, t_orders.c.status == _UNPAID)
+    mine = within(order_lines.c.item_id, ids)
+    live = _units_on_lines(kind, t_orders.c.status == _UNPAID, mine)
     held = (
         select(c.id)
         .outerjoin(live, live.c.item_id == c.id)
-        .where(c.held != func.coalesce(live.c.units, 0))
+        .where(within(c.id, ids), c.held != func.coalesce(live.c.units, 0))
     )
-    paid = _units_on_lines(kind, t_orders.c.status.not_in([_UNPAID, _NEVER_PAID]))
+    paid = _units_on_lines(kind, t_orders.c.status.not_in([_UNPAID, _NEVER_PAID]), mine)
     sold = (
         select(c.id)
         .outerjoin(paid, paid.c.item_id == c.id)
-        .where(c.sold != func.coalesce(paid.c.units, 0))
+        .where(within(c.id, ids), c.sold != func.coalesce(paid.c.units, 0))
     )
     return (
         await _ids(conn, unbalanced.order_by(c.id)),
@@ -72,14 +94,20 @@ async def units_promises(
     )
 
 
-async def flash_limits_broken(conn: AsyncConnection) -> list[int]:
-    """Flash sales where a buyer's count is not the units of the buyer's orders that took
-    them (unpaid or paid), or passes the sale's limit: one statement."""
+async def flash_limits_broken(conn: AsyncConnection, ids: Sequence[int] | None = None) -> list[int]:
+    """Flash sales (of ``ids``) where a buyer's count is not the units of the buyer's orders
+    that took them (unpaid or paid), or passes the sale's limit: one statement."""
+    if ids is not None and not ids:
+        return []
     line, fb = order_lines.c, flash_buyers.c
     took = (
         select(line.item_id, t_orders.c.buyer_id, func.sum(line.quantity).label("units"))
         .join(t_orders, t_orders.c.id == line.order_id)
-        .where(line.kind == holds.FlashHold.kind, t_orders.c.status != _NEVER_PAID)
+        .where(
+            line.kind == holds.FlashHold.kind,
+            t_orders.c.status != _NEVER_PAID,
+            within(line.item_id, ids),
+        )
         .group_by(line.item_id, t_orders.c.buyer_id)
         .subquery()
     )
@@ -89,10 +117,11 @@ async def flash_limits_broken(conn: AsyncConnection) -> list[int]:
         .join(flash_sales, flash_sales.c.id == fb.flash_sale_id)
         .outerjoin(took, same_buyer)
         .where(
+            within(fb.flash_sale_id, ids),
             or_(
                 fb.units != func.coalesce(took.c.units, 0),
                 fb.units > flash_sales.c.per_buyer_limit,
-            )
+            ),
         )
     )
     uncounted = (
@@ -104,37 +133,51 @@ async def flash_limits_broken(conn: AsyncConnection) -> list[int]:
     return await _ids(conn, select(either.c.sale_id).order_by(either.c.sale_id))
 
 
-async def coupons_locked_by_dead_order(conn: AsyncConnection) -> list[int]:
+async def coupons_locked_by_dead_order(
+    conn: AsyncConnection, scope: CouponScope = CouponScope()
+) -> list[int]:
     """Coupons locked by an order that no longer awaits payment."""
     cp, o = coupons.c, t_orders.c
-    locked = select(cp.id).join(t_orders, o.id == cp.order_id)
+    locked = select(cp.id).join(t_orders, o.id == cp.order_id).where(within(o.id, scope.orders))
     return await _ids(
         conn, locked.where(cp.state == shop.LOCKED, o.status != _UNPAID).order_by(cp.id)
     )
 
 
-async def coupons_used_by_unpaid_order(conn: AsyncConnection) -> list[int]:
+async def coupons_used_by_unpaid_order(
+    conn: AsyncConnection, scope: CouponScope = CouponScope()
+) -> list[int]:
     """Coupons used by an order that was never paid."""
     cp, o = coupons.c, t_orders.c
-    used = select(cp.id).join(t_orders, o.id == cp.order_id).where(cp.state == shop.USED)
+    used = (
+        select(cp.id)
+        .join(t_orders, o.id == cp.order_id)
+        .where(cp.state == shop.USED, within(o.id, scope.orders))
+    )
     return await _ids(conn, used.where(o.status.in_([_UNPAID, _NEVER_PAID])).order_by(cp.id))
 
 
-async def coupons_used_twice(conn: AsyncConnection) -> list[int]:
+async def coupons_used_twice(conn: AsyncConnection, ids: Sequence[int] | None = None) -> list[int]:
     """Coupons on the lines of two orders that took them (neither cancelled unpaid: an order
     cancelled before paying gave its coupon back, and keeps its line as what was bought)."""
+    if ids is not None and not ids:
+        return []
     line, o = order_lines.c, t_orders.c
     taken = (
         select(line.item_id)
         .join(t_orders, o.id == line.order_id)
-        .where(line.kind == holds.CouponHold.kind, o.status != _NEVER_PAID)
+        .where(
+            line.kind == holds.CouponHold.kind, o.status != _NEVER_PAID, within(line.item_id, ids)
+        )
         .group_by(line.item_id)
         .having(func.count(line.order_id.distinct()) > 1)
     )
     return await _ids(conn, taken.order_by(line.item_id))
 
 
-async def coupons_not_with_their_order(conn: AsyncConnection) -> list[int]:
+async def coupons_not_with_their_order(
+    conn: AsyncConnection, scope: CouponScope = CouponScope()
+) -> list[int]:
     """Orders that took a coupon's discount (on their lines) without holding the coupon, and
     orders holding a coupon without its discount: one statement."""
     cp, line, o = coupons.c, order_lines.c, t_orders.c
@@ -145,6 +188,7 @@ async def coupons_not_with_their_order(conn: AsyncConnection) -> list[int]:
         .where(
             line.kind == holds.CouponHold.kind,
             o.status != _NEVER_PAID,
+            within(o.id, scope.orders),
             or_(cp.order_id.is_(None), cp.order_id != o.id),
         )
     )
@@ -156,24 +200,27 @@ async def coupons_not_with_their_order(conn: AsyncConnection) -> list[int]:
         .exists()
     )
     undiscounted = select(cp.order_id.label("order_id")).where(
-        cp.order_id.is_not(None), ~discounted
+        cp.order_id.is_not(None), within(cp.order_id, scope.orders), ~discounted
     )
     either = union(unheld, undiscounted).subquery()
     return await _ids(conn, select(either.c.order_id).order_by(either.c.order_id))
 
 
-async def cancels_not_notified(conn: AsyncConnection, dead: list[str]) -> list[int]:
+async def cancels_not_notified(
+    conn: AsyncConnection, dead: list[str], among: Sequence[int] | None = None
+) -> list[int]:
     """Cancelled orders without exactly one ``order_closed`` notice: one timer (written by the
     cancel) and at most one reminder row (its sending). The unique keys forbid two of either:
     this checks they are there."""
     kind = TimerKind.ORDER_CLOSED.value
-    per_timer, per_row = _per_order(t_timers, kind), _per_order(reminders, kind)
+    per_timer, per_row = _per_order(t_timers, kind, among), _per_order(reminders, kind, among)
     query = (
         select(t_orders.c.id)
         .outerjoin(per_timer, per_timer.c.order_id == t_orders.c.id)
         .outerjoin(per_row, per_row.c.order_id == t_orders.c.id)
         .where(
             t_orders.c.status.in_(dead),
+            within(t_orders.c.id, among),
             or_(func.coalesce(per_timer.c.n, 0) != 1, func.coalesce(per_row.c.n, 0) > 1),
         )
         .order_by(t_orders.c.id)
@@ -181,11 +228,12 @@ async def cancels_not_notified(conn: AsyncConnection, dead: list[str]) -> list[i
     return await _ids(conn, query)
 
 
-def _per_order(table: Table, kind: str) -> Any:
-    """How many rows of ``kind`` in ``table`` each order has (``n``, per ``order_id``)."""
+def _per_order(table: Table, kind: str, among: Sequence[int] | None) -> Any:
+    """How many rows of ``kind`` in ``table`` each order (of ``among``) has (``n``, per
+    ``order_id``)."""
     return (
         select(table.c.order_id, func.count().label("n"))
-        .where(table.c.kind == kind)
+        .where(table.c.kind == kind, within(table.c.order_id, among))
         .group_by(table.c.order_id)
         .subquery()
     )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Column, Row, and_, case, func, insert, or_, select, update
+from sqlalchemy import Column, Row, and_, case, func, insert, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store.schema import orders, reminders, reviews
@@ -209,11 +209,13 @@ async def reminders_by_id(conn: AsyncConnection, reminder_ids: Sequence[int]) ->
     return list((await conn.execute(query)).all())
 
 
-async def delivered_twice(conn: AsyncConnection) -> list[int]:
-    """The orders with a reminder that may have reached its receiver more than once."""
+async def delivered_twice(conn: AsyncConnection, among: Sequence[int] | None = None) -> list[int]:
+    """The orders (of ``among``; None: every order) with a reminder that may have reached its
+    receiver more than once."""
     query = (
         select(reminders.c.order_id)
         .where(reminders.c.deliveries > 1)
+        .where(true() if among is None else reminders.c.order_id.in_(among))
         .distinct()
         .order_by(reminders.c.order_id)
     )

@@ -1,0 +1,297 @@
+"""The promises of docs/design.md checked against the database: in full (every order: ``dueflow
+status --full``, the dashboard's full check, the demos), or over the latest changes (the
+dashboard and ``dueflow status``: the orders that moved last, a bounded read however many orders
+there are, labelled as such).
+
+A bounded check runs the same statements, each limited to the orders that moved last and to what
+they hold (their goods, shows, SKUs, flash sales, coupons, notices). An order left past its
+deadline is found among every live order in both: a forgotten order is one that did not move.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, literal_column, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dueflow.domain.lifecycle import OrderStatus
+from dueflow.service import shop_checks
+from dueflow.service.deps import Deps
+from dueflow.service.shop_checks import within
+from dueflow.store import aftersale, holds
+from dueflow.store.schema import (
+    flash_sales,
+    goods,
+    order_lines,
+    reviews,
+    seat_holds,
+    show_buyers,
+    shows,
+    skus,
+)
+from dueflow.store.schema import orders as t_orders
+
+#: How many of the latest changed orders a bounded check reads.
+RECENT = 1000
+
+_DEADLINES = {
+    OrderStatus.PENDING_PAYMENT: t_orders.c.pay_deadline,
+    OrderStatus.PENDING_SHIPMENT: t_orders.c.ship_deadline,
+    OrderStatus.SHIPPED: t_orders.c.receive_deadline,
+    OrderStatus.RECEIVED: t_orders.c.review_deadline,
+}
+
+
+@dataclass
+class Invariants:
+    """The promises of docs/design.md, checked against the database; each list names offenders."""
+
+    held_by_dead_order: list[int] = field(default_factory=list)
+    past_deadline: list[int] = field(default_factory=list)
+    reminders_twice: list[int] = field(default_factory=list)
+    reviews_twice: list[int] = field(default_factory=list)
+    goods_held_twice: list[int] = field(default_factory=list)
+    #: Orders of a dead (cancelled) status still holding a seat.
+    seats_held_by_dead_order: list[int] = field(default_factory=list)
+    #: Seats (ids) held or sold twice (the unique key forbids it: this checks the key is there).
+    seats_held_twice: list[int] = field(default_factory=list)
+    #: Shows (ids) where a buyer's counted seats differ from the seats they hold, or pass the
+    #: show's limit.
+    seat_limits_broken: list[int] = field(default_factory=list)
+    #: SKUs (ids) whose counts are negative or do not add up: stock + held + sold != stocked.
+    units_unbalanced: list[int] = field(default_factory=list)
+    #: SKUs (ids) whose held units differ from the units of their unpaid orders (held by a
+    #: dead order, or a live order's units not held).
+    units_held_by_dead_order: list[int] = field(default_factory=list)
+    #: SKUs (ids) whose sold units differ from the units of their paid orders.
+    units_sold_unpaid: list[int] = field(default_factory=list)
+    #: The same three promises for flash sales (ids).
+    flash_units_unbalanced: list[int] = field(default_factory=list)
+    flash_units_held_by_dead_order: list[int] = field(default_factory=list)
+    flash_units_sold_unpaid: list[int] = field(default_factory=list)
+    #: Flash sales (ids) where a buyer's counted units differ from the units of the buyer's
+    #: unpaid and paid orders, or pass the sale's per-buyer limit.
+    flash_limits_broken: list[int] = field(default_factory=list)
+    #: Coupons (ids) locked by an order that no longer awaits payment.
+    coupons_locked_by_dead_order: list[int] = field(default_factory=list)
+    #: Coupons (ids) used by an order that was never paid.
+    coupons_used_by_unpaid_order: list[int] = field(default_factory=list)
+    #: Coupons (ids) on the lines of two orders that took them (neither cancelled unpaid).
+    coupons_used_twice: list[int] = field(default_factory=list)
+    #: Orders (ids) with a coupon's discount that do not hold the coupon, or holding a coupon
+    #: without its discount on their lines.
+    coupons_not_with_their_order: list[int] = field(default_factory=list)
+    #: Cancelled orders (ids) without exactly one order_closed notice (timer and reminder row).
+    cancels_not_notified: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every invariant holds."""
+        return not any(vars(self).values())
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A check and what it covered: every order (``full``), or the ``orders`` that moved
+    last, since ``since`` (the oldest change read; None: no order yet)."""
+
+    invariants: Invariants
+    full: bool
+    orders: int
+    since: datetime | None
+    #: What a bounded check reads at most (the label's N).
+    limit: int
+
+
+async def check_invariants(deps: Deps, *, tolerance_seconds: float = 5.0) -> Invariants:
+    """Check every promise over every order: nothing held by a dead order, no order left past
+    its deadline (beyond ``tolerance_seconds``), no reminder or review twice, no goods held by
+    two live orders, the seats, the shop's units and coupons, the cancels' notices."""
+    async with deps.db.report() as conn:
+        return await _check(conn, deps.clock.now(), tolerance_seconds, None)
+
+
+async def check_full(deps: Deps, *, tolerance_seconds: float = 5.0) -> Checked:
+    """:func:`check_invariants`, labelled as the full check."""
+    async with deps.db.report() as conn:
+        count = int((await conn.execute(select(func.count()).select_from(t_orders))).scalar_one())
+        found = await _check(conn, deps.clock.now(), tolerance_seconds, None)
+    return Checked(found, full=True, orders=count, since=None, limit=count)
+
+
+async def check_recent(
+    deps: Deps, *, limit: int = RECENT, tolerance_seconds: float = 5.0
+) -> Checked:
+    """Check the promises over the ``limit`` orders that moved last (and every live order for
+    the deadlines): a bounded read, whatever the number of orders."""
+    o = t_orders.c
+    latest = (
+        select(o.id, o.updated_at, o.goods_id, o.show_id).order_by(o.updated_at.desc()).limit(limit)
+    )
+    async with deps.db.report() as conn:
+        rows = (await conn.execute(latest)).all()
+        among = Among(
+            orders=sorted(int(row.id) for row in rows),
+            goods=sorted({int(row.goods_id) for row in rows if row.goods_id is not None}),
+            shows=sorted({int(row.show_id) for row in rows if row.show_id is not None}),
+        )
+        found = await _check(conn, deps.clock.now(), tolerance_seconds, among)
+    since = min((row.updated_at for row in rows), default=None)
+    return Checked(found, full=False, orders=len(rows), since=since, limit=limit)
+
+
+@dataclass(frozen=True)
+class Among:
+    """What a bounded check covers: the orders that moved last, their goods and shows."""
+
+    orders: list[int]
+    goods: list[int]
+    shows: list[int]
+
+
+async def _check(
+    conn: AsyncConnection, now: datetime, tolerance_seconds: float, scope: Among | None
+) -> Invariants:
+    """Every promise, over the orders of ``scope`` (None: every order)."""
+    among = None if scope is None else scope.orders
+    late = now - timedelta(seconds=tolerance_seconds)
+    result = Invariants()
+    dead = [s.value for s in OrderStatus if s.is_cancelled]
+    held = select(goods.c.id).join(t_orders, t_orders.c.id == goods.c.reserved_order_id)
+    their_goods = None if scope is None else scope.goods
+    result.held_by_dead_order = await _ids(
+        conn, held.where(t_orders.c.status.in_(dead), within(goods.c.id, their_goods))
+    )
+    for status, column in _DEADLINES.items():
+        # A literal status: the partial index of that status' deadline serves it, under a
+        # generic prepared plan too (store/_schema_orders.py).
+        query = select(t_orders.c.id).where(
+            t_orders.c.status == literal_column(f"'{status.value}'"), column < late
+        )
+        result.past_deadline += await _ids(conn, query)
+    # Deliveries, not rows: one row per reminder is a unique key, but one row can be sent
+    # more than once (a lease lost mid-batch, a resend after an unanswered send).
+    result.reminders_twice = await aftersale.delivered_twice(conn, among)
+    twice = (
+        select(reviews.c.order_id)
+        .where(within(reviews.c.order_id, among))
+        .group_by(reviews.c.order_id, reviews.c.role)
+        .having(func.count() > 1)
+    )
+    result.reviews_twice = await _ids(conn, twice)
+    live = [s.value for s in OrderStatus if not s.is_cancelled]
+    double = (
+        select(t_orders.c.goods_id)
+        .where(t_orders.c.status.in_(live), t_orders.c.goods_id.is_not(None))
+        .where(within(t_orders.c.goods_id, their_goods))
+        .group_by(t_orders.c.goods_id)
+        .having(func.count() > 1)
+    )
+    result.goods_held_twice = await _ids(conn, double)
+    await _check_seats(conn, result, dead, scope)
+    await _check_shop(conn, result, dead, among)
+    return result
+
+
+async def _ids(conn: AsyncConnection, query: Any) -> list[int]:
+    """The ids ``query`` selects."""
+    return [int(i) for i in (await conn.execute(query)).scalars()]
+
+
+async def _check_seats(
+    conn: AsyncConnection, result: Invariants, dead: list[str], scope: Among | None
+) -> None:
+    """The seat promises: no seat held by a dead order or twice, every buyer's count equal to
+    the seats they hold and within the show's limit (over the orders and shows of ``scope``)."""
+    among, show_ids = (None, None) if scope is None else (scope.orders, scope.shows)
+    by_dead = (
+        select(seat_holds.c.order_id)
+        .join(t_orders, t_orders.c.id == seat_holds.c.order_id)
+        .where(t_orders.c.status.in_(dead), within(seat_holds.c.order_id, among))
+        .distinct()
+    )
+    result.seats_held_by_dead_order = await _ids(conn, by_dead)
+    twice = (
+        select(seat_holds.c.seat_id)
+        .where(within(seat_holds.c.show_id, show_ids))
+        .group_by(seat_holds.c.seat_id)
+        .having(func.count() > 1)
+    )
+    result.seats_held_twice = await _ids(conn, twice)
+    held = (
+        select(seat_holds.c.show_id, seat_holds.c.buyer_id, func.count().label("n"))
+        .where(within(seat_holds.c.show_id, show_ids))
+        .group_by(seat_holds.c.show_id, seat_holds.c.buyer_id)
+        .subquery()
+    )
+    counted = (
+        select(show_buyers.c.show_id)
+        .join(shows, shows.c.id == show_buyers.c.show_id)
+        .outerjoin(
+            held,
+            (held.c.show_id == show_buyers.c.show_id) & (held.c.buyer_id == show_buyers.c.buyer_id),
+        )
+        .where(
+            within(show_buyers.c.show_id, show_ids),
+            (func.coalesce(held.c.n, 0) != show_buyers.c.seats)
+            | (show_buyers.c.seats > shows.c.seat_limit),
+        )
+        .distinct()
+    )
+    result.seat_limits_broken = await _ids(conn, counted)
+
+
+async def _items(conn: AsyncConnection, among: list[int] | None) -> dict[str, list[int]] | None:
+    """What the orders ``among`` hold, per line kind (None: everything, the full check)."""
+    if among is None:
+        return None
+    lines = select(order_lines.c.kind, order_lines.c.item_id).where(
+        order_lines.c.order_id.in_(among)
+    )
+    found: dict[str, set[int]] = {}
+    for kind, item_id in (await conn.execute(lines)).all():
+        found.setdefault(str(kind), set()).add(int(item_id))
+    return {kind: sorted(ids) for kind, ids in found.items()}
+
+
+async def _check_shop(
+    conn: AsyncConnection, result: Invariants, dead: list[str], among: list[int] | None
+) -> None:
+    """The shop promises (:mod:`dueflow.service.shop_checks`): units, flash sale counts,
+    coupons, and a notice for every cancelled order (of every flow)."""
+    items = await _items(conn, among)
+
+    def of(kind: str) -> list[int] | None:
+        return None if items is None else items.get(kind, [])
+
+    sku_ids, flash_ids, coupon_ids = (
+        of(holds.SkuHold.kind),
+        of(holds.FlashHold.kind),
+        of(holds.CouponHold.kind),
+    )
+    (
+        result.units_unbalanced,
+        result.units_held_by_dead_order,
+        result.units_sold_unpaid,
+    ) = await shop_checks.units_promises(conn, skus, holds.SkuHold.kind, sku_ids)
+    (
+        result.flash_units_unbalanced,
+        result.flash_units_held_by_dead_order,
+        result.flash_units_sold_unpaid,
+    ) = await shop_checks.units_promises(conn, flash_sales, holds.FlashHold.kind, flash_ids)
+    result.flash_limits_broken = await shop_checks.flash_limits_broken(conn, flash_ids)
+    checks = shop_checks.CouponScope(orders=among, coupons=coupon_ids)
+    result.coupons_locked_by_dead_order = await shop_checks.coupons_locked_by_dead_order(
+        conn, checks
+    )
+    result.coupons_used_by_unpaid_order = await shop_checks.coupons_used_by_unpaid_order(
+        conn, checks
+    )
+    result.coupons_used_twice = await shop_checks.coupons_used_twice(conn, coupon_ids)
+    result.coupons_not_with_their_order = await shop_checks.coupons_not_with_their_order(
+        conn, checks
+    )
+    result.cancels_not_notified = await shop_checks.cancels_not_notified(conn, dead, among)
