@@ -50,6 +50,8 @@ class Readings(Protocol):
     def event_backlog(self) -> int: ...
     @property
     def refund_processing_seconds(self) -> float: ...
+    @property
+    def attention(self) -> Mapping[str, int]: ...
 
 
 class Metrics:
@@ -102,6 +104,14 @@ class Metrics:
             registry=r,
         )
         self.orders = Gauge("dueflow_orders", "Orders by status.", ["status"], registry=r)
+        self.attention = Gauge(
+            "dueflow_needs_attention",
+            "What waits for a person, by kind: parked_timer, refund_failed, refund_stuck "
+            "(processing over an hour), discrepancy (its refund awaits review); the dashboard's "
+            "Needs attention list.",
+            ["kind"],
+            registry=r,
+        )
         self.lock_bypassed = Counter(
             "dueflow_lock_bypassed_total",
             "Goods and order locks skipped because Redis was unreachable (the database decided).",
@@ -221,6 +231,8 @@ class Metrics:
             self.orders.labels(status).set(count)
         self.events_backlog.set(snapshot.event_backlog)
         self.refund_processing.set(snapshot.refund_processing_seconds)
+        for kind, count in snapshot.attention.items():
+            self.attention.labels(kind).set(count)
 
     def claimed(self, kind: str, deadlines: Sequence[tuple[datetime, int]], now: datetime) -> None:
         """A worker took timers of ``kind``: (deadline, attempts) each."""
