@@ -128,6 +128,9 @@ def snapshot_table(snap: Snapshot, title: str = "dueflow status") -> Table:
     table.add_row(
         "discrepancies", str(snap.discrepancies), style="yellow" if snap.discrepancies else None
     )
+    for kind, count in snap.attention.items():
+        style = "red" if count else None
+        table.add_row(f"needs attention: {kind.replace('_', ' ')}", str(count), style=style)
     return table
 
 

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 LATENESS_WINDOW = timedelta(hours=1)
 LIVE = (TimerState.SCHEDULED.value, TimerState.CLAIMED.value)
 TIMER_STATES = ("stuck", *(state.value for state in TimerState))
+FINISHED = (TimerState.DONE.value, TimerState.CANCELLED.value)
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,9 @@ def percentile(sorted_values: list[float], pct: float) -> float:
 
 async def summary(deps: Deps) -> dict[str, Any]:
     """Counts, overdue and stuck timers, refunds, discrepancies, lateness over the last hour and
-    the invariants, as one JSON-ready mapping."""
-    snap = await report.snapshot(deps)
+    the invariants, as one JSON-ready mapping: every order and timer counted, every order
+    checked (the dashboard and ``dueflow status`` read less: docs/benchmarks.md)."""
+    snap = await report.snapshot(deps, full=True)
     checked = await report.check_invariants(deps)
     return {
         "at": snap.at,
@@ -125,7 +127,8 @@ async def overdue_timers(deps: Deps, limit: int = 100) -> list[dict[str, Any]]:
 
 
 async def timers_in_state(deps: Deps, state: str, limit: int = 100) -> list[dict[str, Any]]:
-    """Timers in one state, soonest due first; ``stuck`` means live timers flagged stuck."""
+    """Timers in one state, soonest due first (done and cancelled: the latest finished first);
+    ``stuck`` means live timers flagged stuck."""
     t_timers = schema.timers
     query = select(t_timers).order_by(t_timers.c.due_at, t_timers.c.id).limit(limit)
     if state == "stuck":
@@ -134,6 +137,15 @@ async def timers_in_state(deps: Deps, state: str, limit: int = 100) -> list[dict
         # A literal, not a parameter: PostgreSQL's partial index of parked timers then serves
         # the dashboard's list even under a generic prepared plan.
         query = query.where(t_timers.c.state == timers.PARKED)
+    elif state in FINISHED:
+        # Done and cancelled timers pile up by the million: the latest finished first, read
+        # backwards along ix_timers_done_at.
+        query = (
+            select(t_timers)
+            .where(t_timers.c.state == state, t_timers.c.done_at.is_not(None))
+            .order_by(t_timers.c.done_at.desc(), t_timers.c.id.desc())
+            .limit(limit)
+        )
     else:
         query = query.where(t_timers.c.state == state)
     async with deps.db.report() as conn:
