@@ -55,10 +55,11 @@ async def test_a_parked_timer_is_shown_counted_and_run_again_from_the_dashboard(
     assert (timer["id"], timer["state"], timer["attempts"]) == (timer_id, "parked", 20)
     assert timer["last_error"] == "RuntimeError: a bug trips on this order"
     assert "dueflow_timers_parked 1.0" in (await client.get("/metrics")).text
+    assert 'dueflow_needs_attention{kind="parked_timer"} 1.0' in (await client.get("/metrics")).text
 
     await log_in(client, token)
     page = await client.get("/admin")
-    parked = page.text.split('id="parked"', 1)[1].split("</section>", 1)[0]
+    parked = page.text.split('id="attention"', 1)[1].split("</section>", 1)[0]
     assert f"/admin/timers/{timer_id}/run-now" in parked
     assert "Run again" in parked
     assert (

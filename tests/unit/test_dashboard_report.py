@@ -1,0 +1,146 @@
+"""The dashboard's reads on SQLite, PostgreSQL and MariaDB: orders by status from the counts kept
+up to a watermark equal a count of every order, through moves and watermark moves; the bounded
+invariants check the latest changes (and every live order for the deadlines), the full check
+every order; ``dueflow status`` and ``status --full`` say which they ran."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
+from typer.testing import CliRunner
+
+from dueflow import cli
+from dueflow.cli import _common
+from dueflow.service import invariants, orders, payments, report
+from dueflow.store import counts, schema
+
+
+async def every_order(world) -> dict[str, int]:
+    """Orders by status, each counted: the truth the kept counts must equal."""
+    query = select(schema.orders.c.status, func.count()).group_by(schema.orders.c.status)
+    async with world.deps.db.read() as conn:
+        return {str(s): int(n) for s, n in (await conn.execute(query)).all()}
+
+
+async def kept(world) -> dict[str, int]:
+    async with world.deps.db.read() as conn:
+        rows = (await conn.execute(select(schema.order_counts))).all()
+    return {row.status: int(row.orders) for row in rows}
+
+
+async def place(world, n: int) -> list[int]:
+    return [
+        await orders.place_order(world.deps, buyer_id=world.buyer, goods_id=await world.goods())
+        for _ in range(n)
+    ]
+
+
+async def test_orders_by_status_equal_every_order_counted_as_the_watermark_moves(backend_world):
+    world = backend_world
+    first = await place(world, 4)
+    await orders.cancel_by_buyer(world.deps, order_id=first[0], user_id=world.buyer)
+    await payments.record_manual_payment(world.deps, order_id=first[1], amount="12.50")
+    snap = await report.snapshot(world.deps)
+    assert (
+        snap.orders
+        == await every_order(world)
+        == {
+            "pending_payment": 2,
+            "pending_shipment": 1,
+            "cancelled_unpaid": 1,
+        }
+    )
+    # the first look set the watermark MARGIN behind the clock: nothing final was before it
+    assert await kept(world) == {status: 0 for status in counts.FINAL}
+
+    world.clock.advance(counts.MARGIN + counts.EVERY)
+    snap = await report.snapshot(world.deps)  # catches up: the cancel is now kept
+    assert (await kept(world))["cancelled_unpaid"] == 1
+    assert snap.orders == await every_order(world)
+
+    # the unpaid ones expire (cancelled_unpaid), the paid one is cancelled by its seller
+    await orders.cancel_by_seller(world.deps, order_id=first[1], user_id=world.seller)
+    world.clock.advance(timedelta(minutes=30))
+    await world.worker.drain()
+    second = await place(world, 2)
+    assert (await report.snapshot(world.deps)).orders == await every_order(world)
+    world.clock.advance(counts.MARGIN + counts.EVERY)
+    snap = await report.snapshot(world.deps)
+    assert (
+        snap.orders
+        == await every_order(world)
+        == {
+            "pending_payment": 2,
+            "cancelled_unpaid": 3,
+            "cancelled_unshipped": 1,
+        }
+    )
+    assert await kept(world) == {
+        "cancelled_unpaid": 3,
+        "cancelled_unshipped": 1,
+        "cancelled_paid": 0,
+        "completed": 0,
+    }
+    # a look before the next window is due moves nothing, and still counts what moved since
+    await orders.cancel_by_buyer(world.deps, order_id=second[0], user_id=world.buyer)
+    assert (await report.snapshot(world.deps)).orders == await every_order(world)
+    assert (await kept(world))["cancelled_unpaid"] == 3
+    full = await report.snapshot(world.deps, full=True)
+    assert (full.orders, full.full) == (await every_order(world), True)
+    assert full.timers["done"] > 0 and "done" not in (await report.snapshot(world.deps)).timers
+
+
+async def test_the_bounded_check_reads_the_latest_changes_the_full_check_every_order(
+    backend_world,
+):
+    world = backend_world
+    [broken] = await place(world, 1)
+    await orders.cancel_by_buyer(world.deps, order_id=broken, user_id=world.buyer)
+    goods_id = (await orders.order_view(world.deps, broken))["goods_id"]
+    # a bug left the cancelled order's goods held
+    async with world.deps.db.write() as conn:
+        await conn.execute(
+            update(schema.goods)
+            .where(schema.goods.c.id == goods_id)
+            .values(reserved_order_id=broken)
+        )
+    checked = await invariants.check_recent(world.deps, limit=2)
+    assert (checked.full, checked.orders, checked.invariants.held_by_dead_order) == (
+        False,
+        1,
+        [goods_id],
+    )
+    assert checked.since == world.clock.now()
+
+    world.clock.advance(timedelta(seconds=1))
+    await place(world, 2)  # two later changes: the broken order is out of the last two
+    checked = await invariants.check_recent(world.deps, limit=2)
+    assert (checked.orders, checked.limit, checked.invariants.ok) == (2, 2, True)
+    assert checked.since == world.clock.now()
+    full = await invariants.check_full(world.deps)
+    assert (full.full, full.orders, full.invariants.held_by_dead_order) == (True, 3, [goods_id])
+    assert (await invariants.check_recent(world.deps, limit=3)).invariants.held_by_dead_order
+    assert (await invariants.check_invariants(world.deps)) == full.invariants
+
+    # an order left past its deadline did not move: the bounded check still finds it
+    async with world.deps.db.write() as conn:
+        await conn.execute(update(schema.timers).values(state="cancelled"))
+    world.clock.advance(timedelta(hours=1))
+    await place(world, 2)
+    late = await invariants.check_recent(world.deps, limit=2)
+    assert len(late.invariants.past_deadline) == 2  # the two placed before the hour
+
+
+def test_status_says_which_check_it_ran(backend_world, backend_url, monkeypatch):
+    monkeypatch.setenv("DUEFLOW_DATABASE_URL", backend_url)
+    # The console took its width when first imported (80 without a terminal): a line each.
+    monkeypatch.setattr(_common.out, "width", 200)
+    bounded = CliRunner(env={"COLUMNS": "200"}).invoke(cli.app, ["status"])
+    assert bounded.exit_code == 0, bounded.output
+    assert "invariants checked over the last 0 changes" in bounded.output
+    assert "needs attention: parked timer" in bounded.output
+    full = CliRunner(env={"COLUMNS": "200"}).invoke(cli.app, ["status", "--full"])
+    assert full.exit_code == 0, full.output
+    assert "invariants checked over every order (0)" in full.output
+    assert "timers done" in full.output
