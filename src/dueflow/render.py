@@ -119,7 +119,9 @@ def snapshot_table(snap: Snapshot, title: str = "dueflow status") -> Table:
     others = sorted(status for status in snap.orders if status not in ORDER_STATUSES)
     for status in (*ORDER_STATUSES, *others):
         table.add_row(f"orders {status}", str(snap.orders.get(status, 0)))
-    for state in ("scheduled", "claimed", "done", "cancelled"):
+    # Done and cancelled timers are counted by `status --full` only (millions, nothing to do).
+    finished = ("done", "cancelled") if snap.full else ()
+    for state in ("scheduled", "claimed", "parked", *finished):
         table.add_row(f"timers {state}", str(snap.timers.get(state, 0)))
     table.add_row("timers overdue", str(snap.overdue), style="red" if snap.overdue else None)
     table.add_row("timers stuck", str(snap.stuck), style="red" if snap.stuck else None)

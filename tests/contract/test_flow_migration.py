@@ -166,7 +166,13 @@ async def _schema_differences(db: Database) -> list[Any]:
 
 #: Indexes the schema makes on PostgreSQL and SQLite only (``ddl_if``): MySQL has no partial
 #: index, and autogenerate does not know ``ddl_if``.
-ONLY_PARTIAL = {"ix_timers_must"}
+ONLY_PARTIAL = {
+    "ix_timers_must",
+    "ix_orders_pay_due",
+    "ix_orders_ship_due",
+    "ix_orders_receive_due",
+    "ix_orders_review_due",
+}
 
 
 def _only_partial(difference: Any) -> bool:

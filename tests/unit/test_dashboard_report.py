@@ -140,6 +140,7 @@ def test_status_says_which_check_it_ran(backend_world, backend_url, monkeypatch)
     assert bounded.exit_code == 0, bounded.output
     assert "invariants checked over the last 0 changes" in bounded.output
     assert "needs attention: parked timer" in bounded.output
+    assert "timers parked" in bounded.output and "timers done" not in bounded.output
     full = CliRunner(env={"COLUMNS": "200"}).invoke(cli.app, ["status", "--full"])
     assert full.exit_code == 0, full.output
     assert "invariants checked over every order (0)" in full.output

@@ -163,7 +163,7 @@ async def _check(
     held = select(goods.c.id).join(t_orders, t_orders.c.id == goods.c.reserved_order_id)
     their_goods = None if scope is None else scope.goods
     result.held_by_dead_order = await _ids(
-        conn, held.where(t_orders.c.status.in_(dead), within(goods.c.id, their_goods))
+        conn, held.where(t_orders.c.status.in_(dead), within(conn, goods.c.id, their_goods))
     )
     for status, column in _DEADLINES.items():
         # A literal status: the partial index of that status' deadline serves it, under a
@@ -177,7 +177,7 @@ async def _check(
     result.reminders_twice = await aftersale.delivered_twice(conn, among)
     twice = (
         select(reviews.c.order_id)
-        .where(within(reviews.c.order_id, among))
+        .where(within(conn, reviews.c.order_id, among))
         .group_by(reviews.c.order_id, reviews.c.role)
         .having(func.count() > 1)
     )
@@ -186,7 +186,7 @@ async def _check(
     double = (
         select(t_orders.c.goods_id)
         .where(t_orders.c.status.in_(live), t_orders.c.goods_id.is_not(None))
-        .where(within(t_orders.c.goods_id, their_goods))
+        .where(within(conn, t_orders.c.goods_id, their_goods))
         .group_by(t_orders.c.goods_id)
         .having(func.count() > 1)
     )
@@ -210,20 +210,20 @@ async def _check_seats(
     by_dead = (
         select(seat_holds.c.order_id)
         .join(t_orders, t_orders.c.id == seat_holds.c.order_id)
-        .where(t_orders.c.status.in_(dead), within(seat_holds.c.order_id, among))
+        .where(t_orders.c.status.in_(dead), within(conn, seat_holds.c.order_id, among))
         .distinct()
     )
     result.seats_held_by_dead_order = await _ids(conn, by_dead)
     twice = (
         select(seat_holds.c.seat_id)
-        .where(within(seat_holds.c.show_id, show_ids))
+        .where(within(conn, seat_holds.c.show_id, show_ids))
         .group_by(seat_holds.c.seat_id)
         .having(func.count() > 1)
     )
     result.seats_held_twice = await _ids(conn, twice)
     held = (
         select(seat_holds.c.show_id, seat_holds.c.buyer_id, func.count().label("n"))
-        .where(within(seat_holds.c.show_id, show_ids))
+        .where(within(conn, seat_holds.c.show_id, show_ids))
         .group_by(seat_holds.c.show_id, seat_holds.c.buyer_id)
         .subquery()
     )
@@ -235,7 +235,7 @@ async def _check_seats(
             (held.c.show_id == show_buyers.c.show_id) & (held.c.buyer_id == show_buyers.c.buyer_id),
         )
         .where(
-            within(show_buyers.c.show_id, show_ids),
+            within(conn, show_buyers.c.show_id, show_ids),
             (func.coalesce(held.c.n, 0) != show_buyers.c.seats)
             | (show_buyers.c.seats > shows.c.seat_limit),
         )
@@ -249,7 +249,7 @@ async def _items(conn: AsyncConnection, among: list[int] | None) -> dict[str, li
     if among is None:
         return None
     lines = select(order_lines.c.kind, order_lines.c.item_id).where(
-        order_lines.c.order_id.in_(among)
+        within(conn, order_lines.c.order_id, among)
     )
     found: dict[str, set[int]] = {}
     for kind, item_id in (await conn.execute(lines)).all():

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderStatus
 from dueflow.domain.timers import TimerKind
-from dueflow.store import holds, shop
+from dueflow.store import holds, shop, tally
 from dueflow.store.schema import coupons, flash_buyers, flash_sales, order_lines, reminders
 from dueflow.store.schema import orders as t_orders
 from dueflow.store.schema import timers as t_timers
@@ -30,9 +30,10 @@ _UNPAID = OrderStatus.PENDING_PAYMENT.value
 _NEVER_PAID = OrderStatus.CANCELLED_UNPAID.value
 
 
-def within(column: Any, ids: Sequence[int] | None) -> ColumnElement[bool]:
-    """``column`` among ``ids``; no limit at all when ``ids`` is None (the full check)."""
-    return true() if ids is None else column.in_(ids)
+def within(conn: AsyncConnection, column: Any, ids: Sequence[int] | None) -> ColumnElement[bool]:
+    """``column`` among ``ids`` (one array parameter on PostgreSQL: store/tally.py); no limit
+    at all when ``ids`` is None (the full check)."""
+    return true() if ids is None else tally.among(conn, column, ids)
 
 
 @dataclass(frozen=True)
@@ -71,21 +72,21 @@ async def units_promises(
         return [], [], []
     c = table.c
     unbalanced = select(c.id).where(
-        within(c.id, ids),
+        within(conn, c.id, ids),
         or_(c.stock < 0, c.held < 0, c.sold < 0, c.stock + c.held + c.sold != c.stocked),
     )
-    mine = within(order_lines.c.item_id, ids)
+    mine = within(conn, order_lines.c.item_id, ids)
     live = _units_on_lines(kind, t_orders.c.status == _UNPAID, mine)
     held = (
         select(c.id)
         .outerjoin(live, live.c.item_id == c.id)
-        .where(within(c.id, ids), c.held != func.coalesce(live.c.units, 0))
+        .where(within(conn, c.id, ids), c.held != func.coalesce(live.c.units, 0))
     )
     paid = _units_on_lines(kind, t_orders.c.status.not_in([_UNPAID, _NEVER_PAID]), mine)
     sold = (
         select(c.id)
         .outerjoin(paid, paid.c.item_id == c.id)
-        .where(within(c.id, ids), c.sold != func.coalesce(paid.c.units, 0))
+        .where(within(conn, c.id, ids), c.sold != func.coalesce(paid.c.units, 0))
     )
     return (
         await _ids(conn, unbalanced.order_by(c.id)),
@@ -106,7 +107,7 @@ async def flash_limits_broken(conn: AsyncConnection, ids: Sequence[int] | None =
         .where(
             line.kind == holds.FlashHold.kind,
             t_orders.c.status != _NEVER_PAID,
-            within(line.item_id, ids),
+            within(conn, line.item_id, ids),
         )
         .group_by(line.item_id, t_orders.c.buyer_id)
         .subquery()
@@ -117,7 +118,7 @@ async def flash_limits_broken(conn: AsyncConnection, ids: Sequence[int] | None =
         .join(flash_sales, flash_sales.c.id == fb.flash_sale_id)
         .outerjoin(took, same_buyer)
         .where(
-            within(fb.flash_sale_id, ids),
+            within(conn, fb.flash_sale_id, ids),
             or_(
                 fb.units != func.coalesce(took.c.units, 0),
                 fb.units > flash_sales.c.per_buyer_limit,
@@ -138,7 +139,9 @@ async def coupons_locked_by_dead_order(
 ) -> list[int]:
     """Coupons locked by an order that no longer awaits payment."""
     cp, o = coupons.c, t_orders.c
-    locked = select(cp.id).join(t_orders, o.id == cp.order_id).where(within(o.id, scope.orders))
+    locked = (
+        select(cp.id).join(t_orders, o.id == cp.order_id).where(within(conn, o.id, scope.orders))
+    )
     return await _ids(
         conn, locked.where(cp.state == shop.LOCKED, o.status != _UNPAID).order_by(cp.id)
     )
@@ -152,7 +155,7 @@ async def coupons_used_by_unpaid_order(
     used = (
         select(cp.id)
         .join(t_orders, o.id == cp.order_id)
-        .where(cp.state == shop.USED, within(o.id, scope.orders))
+        .where(cp.state == shop.USED, within(conn, o.id, scope.orders))
     )
     return await _ids(conn, used.where(o.status.in_([_UNPAID, _NEVER_PAID])).order_by(cp.id))
 
@@ -167,7 +170,9 @@ async def coupons_used_twice(conn: AsyncConnection, ids: Sequence[int] | None = 
         select(line.item_id)
         .join(t_orders, o.id == line.order_id)
         .where(
-            line.kind == holds.CouponHold.kind, o.status != _NEVER_PAID, within(line.item_id, ids)
+            line.kind == holds.CouponHold.kind,
+            o.status != _NEVER_PAID,
+            within(conn, line.item_id, ids),
         )
         .group_by(line.item_id)
         .having(func.count(line.order_id.distinct()) > 1)
@@ -188,7 +193,7 @@ async def coupons_not_with_their_order(
         .where(
             line.kind == holds.CouponHold.kind,
             o.status != _NEVER_PAID,
-            within(o.id, scope.orders),
+            within(conn, o.id, scope.orders),
             or_(cp.order_id.is_(None), cp.order_id != o.id),
         )
     )
@@ -200,7 +205,7 @@ async def coupons_not_with_their_order(
         .exists()
     )
     undiscounted = select(cp.order_id.label("order_id")).where(
-        cp.order_id.is_not(None), within(cp.order_id, scope.orders), ~discounted
+        cp.order_id.is_not(None), within(conn, cp.order_id, scope.orders), ~discounted
     )
     either = union(unheld, undiscounted).subquery()
     return await _ids(conn, select(either.c.order_id).order_by(either.c.order_id))
@@ -213,14 +218,15 @@ async def cancels_not_notified(
     cancel) and at most one reminder row (its sending). The unique keys forbid two of either:
     this checks they are there."""
     kind = TimerKind.ORDER_CLOSED.value
-    per_timer, per_row = _per_order(t_timers, kind, among), _per_order(reminders, kind, among)
+    per_timer = _per_order(conn, t_timers, kind, among)
+    per_row = _per_order(conn, reminders, kind, among)
     query = (
         select(t_orders.c.id)
         .outerjoin(per_timer, per_timer.c.order_id == t_orders.c.id)
         .outerjoin(per_row, per_row.c.order_id == t_orders.c.id)
         .where(
             t_orders.c.status.in_(dead),
-            within(t_orders.c.id, among),
+            within(conn, t_orders.c.id, among),
             or_(func.coalesce(per_timer.c.n, 0) != 1, func.coalesce(per_row.c.n, 0) > 1),
         )
         .order_by(t_orders.c.id)
@@ -228,12 +234,12 @@ async def cancels_not_notified(
     return await _ids(conn, query)
 
 
-def _per_order(table: Table, kind: str, among: Sequence[int] | None) -> Any:
+def _per_order(conn: AsyncConnection, table: Table, kind: str, among: Sequence[int] | None) -> Any:
     """How many rows of ``kind`` in ``table`` each order (of ``among``) has (``n``, per
     ``order_id``)."""
     return (
         select(table.c.order_id, func.count().label("n"))
-        .where(table.c.kind == kind, within(table.c.order_id, among))
+        .where(table.c.kind == kind, within(conn, table.c.order_id, among))
         .group_by(table.c.order_id)
         .subquery()
     )

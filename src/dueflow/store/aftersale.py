@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Column, Row, and_, case, func, insert, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.store import tally
 from dueflow.store.schema import orders, reminders, reviews
 
 REMINDER_PENDING = "pending"
@@ -215,7 +216,7 @@ async def delivered_twice(conn: AsyncConnection, among: Sequence[int] | None = N
     query = (
         select(reminders.c.order_id)
         .where(reminders.c.deliveries > 1)
-        .where(true() if among is None else reminders.c.order_id.in_(among))
+        .where(true() if among is None else tally.among(conn, reminders.c.order_id, among))
         .distinct()
         .order_by(reminders.c.order_id)
     )
