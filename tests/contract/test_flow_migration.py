@@ -172,6 +172,7 @@ ONLY_PARTIAL = {
     "ix_orders_ship_due",
     "ix_orders_receive_due",
     "ix_orders_review_due",
+    "ix_timers_stuck",
 }
 
 

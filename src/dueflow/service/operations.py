@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from dueflow.domain.timers import TimerState
 from dueflow.exceptions import NotFound, TimerNotWaiting
@@ -132,7 +132,8 @@ async def timers_in_state(deps: Deps, state: str, limit: int = 100) -> list[dict
     t_timers = schema.timers
     query = select(t_timers).order_by(t_timers.c.due_at, t_timers.c.id).limit(limit)
     if state == "stuck":
-        query = query.where(t_timers.c.stuck.is_(True), t_timers.c.state.in_(LIVE))
+        # The partial index of stuck timers' own predicate (store/_schema_timers.py).
+        query = query.where(text(schema.STUCK_TIMERS))
     elif state == TimerState.PARKED.value:
         # A literal, not a parameter: PostgreSQL's partial index of parked timers then serves
         # the dashboard's list even under a generic prepared plan.

@@ -20,6 +20,8 @@ from dueflow.store.types import Id, UTCDateTime
 
 LIVE_TIMERS = "state IN ('scheduled', 'claimed')"
 PARKED_TIMERS = "state = 'parked'"
+#: Live timers flagged stuck (the dashboard's count and list): a few, among every live timer.
+STUCK_TIMERS = "stuck AND state IN ('scheduled', 'claimed')"
 #: The must-happen timers waiting (domain/timers.MUST_HAPPEN), as the claim of a worker that is
 #: behind writes them (literals, so the planner proves the partial index serves it).
 MUST_HAPPEN_KINDS = "(" + ", ".join(f"'{kind.value}'" for kind in sorted(MUST_HAPPEN)) + ")"
@@ -76,6 +78,15 @@ timers = table_with_id(
         "id",
         postgresql_where=text(MUST_HAPPEN_WAITING),
         sqlite_where=text(MUST_HAPPEN_WAITING),
+    ).ddl_if(dialect=("postgresql", "sqlite")),  # type: ignore[arg-type]  # a tuple: documented
+    # The stuck timers, soonest due first: partial, so counting and listing them reads them
+    # alone, not every live timer. PostgreSQL and SQLite only (MySQL walks ix_timers_live).
+    Index(
+        "ix_timers_stuck",
+        "due_at",
+        "id",
+        postgresql_where=text(STUCK_TIMERS),
+        sqlite_where=text(STUCK_TIMERS),
     ).ddl_if(dialect=("postgresql", "sqlite")),  # type: ignore[arg-type]  # a tuple: documented
 )
 

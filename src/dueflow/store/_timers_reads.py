@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.timers import TimerState
+from dueflow.store._schema_timers import STUCK_TIMERS
 from dueflow.store._timers_common import CLAIMED, SCHEDULED, Armed, in_state, walk
 from dueflow.store.schema import timers
 
@@ -84,15 +85,9 @@ async def overdue(conn: AsyncConnection, *, now: datetime, grace: timedelta) -> 
 
 
 async def stuck(conn: AsyncConnection) -> int:
-    """Live timers flagged stuck."""
-    query = (
-        select(func.count())
-        .select_from(timers)
-        .where(
-            timers.c.stuck.is_(True),
-            timers.c.state.in_([TimerState.SCHEDULED.value, TimerState.CLAIMED.value]),
-        )
-    )
+    """Live timers flagged stuck (the partial index of stuck timers' own predicate, so it
+    serves under a generic prepared plan too)."""
+    query = select(func.count()).select_from(timers).where(text(STUCK_TIMERS))
     return int((await conn.execute(query)).scalar_one())
 
 

@@ -31,13 +31,20 @@ from dueflow.store._schema_orders import (
 from dueflow.store._schema_payments import discrepancies, notifications, payments, refunds
 from dueflow.store._schema_shop import coupon_templates, coupons, flash_buyers, flash_sales, skus
 from dueflow.store._schema_shows import seat_holds, seats, show_buyers, shows, tickets
-from dueflow.store._schema_timers import LIVE_TIMERS, PARKED_TIMERS, reminders, timers
+from dueflow.store._schema_timers import (
+    LIVE_TIMERS,
+    PARKED_TIMERS,
+    STUCK_TIMERS,
+    reminders,
+    timers,
+)
 from dueflow.store._schema_webhooks import webhook_endpoints
 from dueflow.store.types import Id
 
 __all__ = [
     "LIVE_TIMERS",
     "PARKED_TIMERS",
+    "STUCK_TIMERS",
     "Id",
     "api_keys",
     "coupon_templates",

@@ -18,7 +18,10 @@ DEADLINES = {
     "ix_orders_receive_due": ("receive_deadline", "shipped"),
     "ix_orders_review_due": ("review_deadline", "received"),
 }
-#: MySQL has no partial index: there the deadlines check walks ix_orders_status.
+#: As store/_schema_timers.py declares it.
+STUCK_TIMERS = "stuck AND state IN ('scheduled', 'claimed')"
+#: MySQL has no partial index: there the deadlines check walks ix_orders_status, the stuck
+#: timers ix_timers_live.
 PARTIAL = ("postgresql", "sqlite")
 
 
@@ -28,6 +31,14 @@ def upgrade() -> None:
         for name, (column, status) in DEADLINES.items():
             where = sa.text(f"status = '{status}'")
             op.create_index(name, "orders", [column], postgresql_where=where, sqlite_where=where)
+        stuck = sa.text(STUCK_TIMERS)
+        op.create_index(
+            "ix_timers_stuck",
+            "timers",
+            ["due_at", "id"],
+            postgresql_where=stuck,
+            sqlite_where=stuck,
+        )
     op.create_table(
         "order_counts",
         sa.Column("status", sa.String(32), nullable=False),
@@ -40,6 +51,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("order_counts")
     if op.get_bind().dialect.name in PARTIAL:
+        op.drop_index("ix_timers_stuck", table_name="timers")
         for name in DEADLINES:
             op.drop_index(name, table_name="orders")
     op.drop_index("ix_orders_updated_at", table_name="orders")
