@@ -23,6 +23,7 @@ from dueflow.service.deps import Deps
 from dueflow.service.shop_checks import within
 from dueflow.store import aftersale, holds
 from dueflow.store.schema import (
+    coupons,
     flash_sales,
     goods,
     order_lines,
@@ -162,9 +163,13 @@ async def _check(
     dead = [s.value for s in OrderStatus if s.is_cancelled]
     held = select(goods.c.id).join(t_orders, t_orders.c.id == goods.c.reserved_order_id)
     their_goods = None if scope is None else scope.goods
-    result.held_by_dead_order = await _ids(
-        conn, held.where(t_orders.c.status.in_(dead), within(conn, goods.c.id, their_goods))
-    )
+    # A bounded check skips what its orders cannot hold (no goods, no show, no coupon among
+    # them): each statement saved is a round trip on every refresh.
+    has_goods = their_goods is None or bool(their_goods)
+    if has_goods:
+        result.held_by_dead_order = await _ids(
+            conn, held.where(t_orders.c.status.in_(dead), within(conn, goods.c.id, their_goods))
+        )
     for status, column in _DEADLINES.items():
         # A literal status: the partial index of that status' deadline serves it, under a
         # generic prepared plan too (store/_schema_orders.py).
@@ -190,7 +195,8 @@ async def _check(
         .group_by(t_orders.c.goods_id)
         .having(func.count() > 1)
     )
-    result.goods_held_twice = await _ids(conn, double)
+    if has_goods:
+        result.goods_held_twice = await _ids(conn, double)
     await _check_seats(conn, result, dead, scope)
     await _check_shop(conn, result, dead, among)
     return result
@@ -207,6 +213,8 @@ async def _check_seats(
     """The seat promises: no seat held by a dead order or twice, every buyer's count equal to
     the seats they hold and within the show's limit (over the orders and shows of ``scope``)."""
     among, show_ids = (None, None) if scope is None else (scope.orders, scope.shows)
+    if show_ids is not None and not show_ids:
+        return  # seats are held by orders of a show only
     by_dead = (
         select(seat_holds.c.order_id)
         .join(t_orders, t_orders.c.id == seat_holds.c.order_id)
@@ -283,15 +291,23 @@ async def _check_shop(
         result.flash_units_sold_unpaid,
     ) = await shop_checks.units_promises(conn, flash_sales, holds.FlashHold.kind, flash_ids)
     result.flash_limits_broken = await shop_checks.flash_limits_broken(conn, flash_ids)
-    checks = shop_checks.CouponScope(orders=among, coupons=coupon_ids)
-    result.coupons_locked_by_dead_order = await shop_checks.coupons_locked_by_dead_order(
-        conn, checks
-    )
-    result.coupons_used_by_unpaid_order = await shop_checks.coupons_used_by_unpaid_order(
-        conn, checks
-    )
     result.coupons_used_twice = await shop_checks.coupons_used_twice(conn, coupon_ids)
-    result.coupons_not_with_their_order = await shop_checks.coupons_not_with_their_order(
-        conn, checks
-    )
+    if coupon_ids is None or coupon_ids or await _any_coupon_of(conn, among):
+        checks = shop_checks.CouponScope(orders=among, coupons=coupon_ids)
+        result.coupons_locked_by_dead_order = await shop_checks.coupons_locked_by_dead_order(
+            conn, checks
+        )
+        result.coupons_used_by_unpaid_order = await shop_checks.coupons_used_by_unpaid_order(
+            conn, checks
+        )
+        result.coupons_not_with_their_order = await shop_checks.coupons_not_with_their_order(
+            conn, checks
+        )
     result.cancels_not_notified = await shop_checks.cancels_not_notified(conn, dead, among)
+
+
+async def _any_coupon_of(conn: AsyncConnection, among: list[int] | None) -> bool:
+    """Whether a coupon names one of the orders ``among`` (else, with no coupon on their lines,
+    the coupon checks have nothing to look at)."""
+    query = select(coupons.c.id).where(within(conn, coupons.c.order_id, among)).limit(1)
+    return (await conn.execute(query)).first() is not None
