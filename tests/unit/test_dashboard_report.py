@@ -14,6 +14,8 @@ from dueflow import cli
 from dueflow.cli import _common
 from dueflow.service import invariants, orders, payments, report
 from dueflow.store import counts, schema
+from dueflow.store.schema import coupons, flash_buyers, skus
+from tests.unit.test_shop_invariants import broken, live_shop, write
 
 
 async def every_order(world) -> dict[str, int]:
@@ -145,3 +147,29 @@ def test_status_says_which_check_it_ran(backend_world, backend_url, monkeypatch)
     assert full.exit_code == 0, full.output
     assert "invariants checked over every order (0)" in full.output
     assert "timers done" in full.output
+
+
+async def test_a_bounded_check_over_a_shop_names_what_the_full_check_names(world):
+    shop_life = await live_shop(world)
+    buyer = flash_buyers.c
+    await write(
+        world,
+        update(skus).where(skus.c.id == shop_life.sku).values(stocked=skus.c.stocked + 1),
+        update(skus)
+        .where(skus.c.id == shop_life.other_sku)
+        .values(stock=skus.c.stock + 1, sold=skus.c.sold - 1),
+        update(flash_buyers)
+        .where((buyer.flash_sale_id == shop_life.sale) & (buyer.buyer_id == world.buyer))
+        .values(units=0),
+        update(coupons).where(coupons.c.id == shop_life.coupon).values(state="used"),
+        unchecked=True,
+    )
+    full = broken(await invariants.check_invariants(world.deps, tolerance_seconds=0))
+    assert full == {
+        "units_unbalanced": [shop_life.sku],
+        "units_sold_unpaid": [shop_life.other_sku],
+        "flash_limits_broken": [shop_life.sale],
+        "coupons_used_by_unpaid_order": [shop_life.coupon],
+    }
+    bounded = await invariants.check_recent(world.deps, tolerance_seconds=0)
+    assert broken(bounded.invariants) == full  # every order of the shop moved lately
