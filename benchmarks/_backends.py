@@ -183,7 +183,7 @@ async def add_reminders(db: Database, due: datetime) -> None:
 
 async def reminders_settled(db: Database) -> dict[str, Any]:
     """The reminders' timers by state and outcome, and the lateness of those that ran."""
-    async with db.engine.connect() as conn:
+    async with db.report() as conn:
         rows = (
             await conn.execute(
                 select(
@@ -203,7 +203,7 @@ async def reminders_settled(db: Database) -> dict[str, Any]:
 
 
 async def cancelled(db: Database) -> int:
-    async with db.engine.connect() as conn:
+    async with db.report() as conn:
         query = (
             select(func.count()).select_from(orders).where(orders.c.status == "cancelled_unpaid")
         )
@@ -212,7 +212,7 @@ async def cancelled(db: Database) -> int:
 
 async def outcome(db: Database) -> dict[str, Any]:
     """Lateness per done cancel timer, goods released, cancel events."""
-    async with db.engine.connect() as conn:
+    async with db.report() as conn:
         rows = (
             await conn.execute(
                 # The cancels only: each cancel writes an order_closed notice timer too.

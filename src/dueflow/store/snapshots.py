@@ -160,9 +160,17 @@ _FILL_FROM_ARRAYS = (
     .values(snapshot=_PAIRS.c.snapshot)
 )
 _JSON = func.json_each(bindparam("pairs", type_=String)).table_valued("key", "value").alias()
+#: SQLite: ``seq + 0`` keeps its planner off the seq index for ``seq IS NULL``. On that index
+#: it read every event not numbered yet, each against every pair (a herd's cancels write
+#: thousands before the sequencer numbers them: 9 s a batch of 200 with 20,000 waiting, the
+#: SQLite herd 20 times slower); so it goes by the order's index, a few rows an order.
 _FILL_FROM_JSON = (
     update(order_events)
-    .where(e.order_id == func.json_extract(_JSON.c.value, "$[0]"), *_NEW)
+    .where(
+        e.order_id == func.json_extract(_JSON.c.value, "$[0]"),
+        e.snapshot.is_(None),
+        (e.seq + 0).is_(None),
+    )
     .values(snapshot=func.json_extract(_JSON.c.value, "$[1]"))
 )
 
