@@ -51,19 +51,27 @@ class Target:
     workers: int  # worker processes (0: the worker runs inside the one API process)
 
 
+#: A benchmark that fails (its server not healthy in time on a machine this busy) is run again
+#: this many times in all before the soak gives up.
+TRIES = 3
+
+
 async def _json_of(args: list[str], limit: float) -> dict[str, Any]:
-    """Run a benchmark; the JSON object on its last line that starts with ``{``."""
-    done = await asyncio.to_thread(
-        subprocess.run, args, cwd=ROOT, capture_output=True, text=True, timeout=limit
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"calibration: {' '.join(args[1:3])} failed ({done.returncode}):"
-            f" {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    """Run a benchmark (again, up to :data:`TRIES` times, when it fails); the JSON object on
+    its last line that starts with ``{``."""
+    for attempt in range(1, TRIES + 1):
+        done = await asyncio.to_thread(
+            subprocess.run, args, cwd=ROOT, capture_output=True, text=True, timeout=limit
         )
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode == 0 and lines:
+            result: dict[str, Any] = json.loads(lines[-1])
+            return result
+        print(f"soak: calibrating: {' '.join(args[1:3])} failed, try {attempt}", flush=True)
+    raise RuntimeError(
+        f"calibration: {' '.join(args[1:3])} failed {TRIES} times ({done.returncode}):"
+        f" {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    )
 
 
 async def place_rate(target: Target, seconds: float) -> dict[str, Any]:
