@@ -161,6 +161,25 @@ def failed(logger: logging.Logger, what: str, error: BaseException) -> None:
         logger.error("%s", what, exc_info=error)
 
 
+#: The attribute an error logged with its request's id carries (:func:`logged`).
+_LOGGED = "_dueflow_logged"
+
+
+def logged(error: BaseException) -> None:
+    """``error`` was logged, with its request id, where it was answered: the server's own
+    line of it (uvicorn's "Exception in ASGI application") is dropped (:class:`NotTwice`)."""
+    setattr(error, _LOGGED, True)
+
+
+class NotTwice(logging.Filter):
+    """Drops a record whose error :func:`logged` already wrote down (set on uvicorn's error
+    logger by :func:`configure`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not getattr(error, _LOGGED, False)
+
+
 def configure(*, verbose: bool, json_lines: bool, access_log: bool = False) -> None:
     """Send dueflow's logs to standard error, as text or JSON lines; the access log's lines
     too (at INFO, verbose or not) with ``access_log``."""
@@ -171,3 +190,6 @@ def configure(*, verbose: bool, json_lines: bool, access_log: bool = False) -> N
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger(ACCESS).setLevel(logging.INFO if access_log else logging.WARNING)
+    server = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, NotTwice) for f in server.filters):
+        server.addFilter(NotTwice())

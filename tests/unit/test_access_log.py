@@ -129,7 +129,8 @@ async def test_an_unexpected_error_is_answered_500_and_logged_once_with_the_requ
     async def crash() -> None:
         raise RuntimeError("a bug")
 
-    transport = httpx.ASGITransport(app=app)
+    # The error is raised on after its 500, as ASGI has it: the transport answers the 500.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://dueflow") as client:
         answer = await client.get("/crash", headers={"X-Request-Id": "boom-1"})
     assert answer.status_code == 500
@@ -139,6 +140,12 @@ async def test_an_unexpected_error_is_answered_500_and_logged_once_with_the_requ
     assert error.exc_info is not None and error.request_id == "boom-1"  # type: ignore[attr-defined]
     [line] = access_lines(logged.records)
     assert (line.route, line.status) == ("/crash", 500)  # type: ignore[attr-defined]
+    # the server's own line of that error (uvicorn's) is dropped; another error's is not
+    again = logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1, "x", (), error.exc_info)
+    other = logging.LogRecord(
+        "uvicorn.error", logging.ERROR, __file__, 1, "x", (), (ValueError, ValueError(), None)
+    )
+    assert [logs.NotTwice().filter(r) for r in (again, other)] == [False, True]
 
 
 async def test_a_timer_handler_s_lines_carry_its_timer_and_order(world, logged):

@@ -238,12 +238,16 @@ class _Timed:
         with logs.bound(request_id=request_id.decode()):
             try:
                 await self.app(scope, receive, sent)
-            except Exception:
-                if not status:
-                    raise
-                # The answer (the 500) is given: the traceback is logged here, where it carries
-                # the request id, instead of by the server.
-                log.exception("unexpected error answering %s %s", scope["method"], scope["path"])
+            except Exception as error:
+                if status:
+                    # The answer (the 500) is given: the traceback is logged here, where it
+                    # carries the request id, and the server's own line of it is dropped. It is
+                    # raised on all the same, as ASGI has it (a test client sees it).
+                    log.exception(
+                        "unexpected error answering %s %s", scope["method"], scope["path"]
+                    )
+                    logs.logged(error)
+                raise
             finally:
                 took = time.perf_counter() - started
                 # The router writes the matched route into the scope it was given.

@@ -183,6 +183,11 @@ class TimerView(OrderTimerView):
     failures: int = Field(
         description="its handler's failures on it in a row; parked at DUEFLOW_TIMER_MAX_ATTEMPTS"
     )
+    trace_parent: str | None = Field(
+        None,
+        description="the W3C traceparent of the span that armed it, where its handler's span "
+        "links to (null while tracing was off)",
+    )
 
 
 class OverdueTimer(TimerView):
