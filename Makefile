@@ -43,7 +43,7 @@ bench-matrix: $(STAMP)
 	benchmarks/matrix.sh
 	$(BIN)/python benchmarks/redis_memory.py
 
-# The chaos soak (about 30 minutes; PostgreSQL and RabbitMQ on this machine, and a redis-server of
+# The chaos soak (about 35 minutes: the machine measured, then four legs; PostgreSQL and RabbitMQ on this machine, and a redis-server of
 # its own that it FLUSHALLs): the fleet under load and faults, the invariants checked,
 # docs/reliability.md written.
 soak: $(STAMP)

@@ -33,8 +33,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What one soak person costs the fleet, in places of ``benchmarks/http_place.py`` (server CPU).
-#: Measured: the overload leg's fleet used 40-60 places' CPU a person (docs/reliability.md).
-PERSON_COST = 50.0
+#: Measured: the overload leg of 2026-12-07 (run with 50, docs/reliability.md) used 34.7
+#: places' CPU a person; its "150 %" then kept the fleet at about one core of two.
+PERSON_COST = 35.0
 #: Timers a soak person arms, all kinds (reminder, cancel or receipt and review, notices, closes).
 TIMERS_PER_PERSON = 6.0
 
