@@ -43,7 +43,7 @@ async def test_a_key_made_on_the_page_shows_its_secret_once(client, world, caplo
     assert acting.scopes == {"orders", "events"}
     listed = await client.get("/admin/keys")
     assert secret[:15] in listed.text and secret not in listed.text
-    assert re.search(r"<td>user:\d+</td>", listed.text)  # who made it
+    assert re.search(r'<td><a href="/admin/users/\d+">root</a></td>', listed.text)  # its maker
     # every admin page a GET reaches (ids filled with the key's, 1 elsewhere): never the secret
     routes = admin_pages.router(world.deps).routes
     pages = {r.path for r in routes if "GET" in getattr(r, "methods", ())}
@@ -52,6 +52,16 @@ async def test_a_key_made_on_the_page_shows_its_secret_once(client, world, caplo
         page = await client.get(re.sub(r"\{[^}]+\}", "1", path))
         assert secret not in page.text and secret[15:] not in page.text, path
     assert secret not in caplog.text
+
+
+async def test_the_makers_of_keys_are_named(client, world):
+    alice, _ = await accounts.add_user(world.deps, "alice")
+    for by in (f"user:{alice.id}@key:7", "key:7", "cli"):
+        await keys.add_key(world.deps, name="k", scopes=["orders"], expires_at=None, by=by)
+    listed = (await client.get("/admin/keys")).text
+    assert f'<a href="/admin/users/{alice.id}">alice</a> <small>through key 7</small>' in listed
+    assert "<td>key 7</td>" in listed and "<td>cli</td>" in listed
+    assert "user:" not in listed
 
 
 async def test_revoking_on_the_page_refuses_the_key_next(client, world):

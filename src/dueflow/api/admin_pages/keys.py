@@ -8,9 +8,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from dueflow.api.admin_pages.site import Pages, checked_id
-from dueflow.domain import times
+from dueflow.domain import events, times
 from dueflow.exceptions import DomainError, InvalidInput
-from dueflow.service import keys
+from dueflow.service import keys, people
 from dueflow.service.accounts import User
 
 #: Keys on the page, newest first.
@@ -23,12 +23,20 @@ def add_routes(routes: APIRouter, pages: Pages) -> None:
 
     async def listing(request: Request, user: User, status: int = 200, **shown: object) -> Response:
         page = await keys.keys_page(deps, after=None, limit=KEYS_LISTED)
+        # Who made each key, parsed (``user:<id>``, ``user:<id>@key:<key>``, ``key:<key>``,
+        # ``cli``), and the people among them by name: one statement more.
+        makers = {k["created_by"]: events.actor_of(k["created_by"]) for k in page.items}
+        names = await people.names(
+            deps, (a["user_id"] for a in makers.values() if a["type"] == "user")
+        )
         return pages.page(
             request,
             "keys.html",
             status=status,
             user=user,
             keys=page.items,
+            makers=makers,
+            names=names,
             scopes=keys.SCOPES,
             limit=KEYS_LISTED,
             **shown,
