@@ -56,7 +56,7 @@ def test_help_imports_no_database_api_or_provider_code():
         "import dueflow.cli\n"
         "runner = CliRunner()\n"
         "for args in ([], ['orders', 'place'], ['shows', 'add'], ['skus', 'add'], ['demo'],\n"
-        "             ['webhooks', 'add'], ['webhooks', 'replay']):\n"
+        "             ['webhooks', 'add'], ['webhooks', 'replay'], ['tickets', 'check-in']):\n"
         "    result = runner.invoke(dueflow.cli.app, [*args, '--help'])\n"
         "    assert result.exit_code == 0, result.output\n"
         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"

@@ -7,7 +7,8 @@ command groups registered on it, one module each.
 - ``worker.py``: ``dueflow worker`` and ``dueflow scan``; ``timers.py``: ``dueflow timers``
 - ``migrate.py``, ``status.py``, ``simulator.py``, ``demo.py``: the commands of those names
 - ``keys.py``: ``dueflow keys`` (service keys)
-- ``users.py``, ``goods.py``, ``orders.py``, ``payments.py``, ``refunds.py``, ``shows.py`` and
+- ``users.py``, ``goods.py``, ``orders.py``, ``payments.py``, ``refunds.py``, ``shows.py``,
+  ``tickets.py`` (the door's check-in) and
   ``shop.py`` (``skus``, ``coupons``, ``flash``), ``webhooks.py``: the groups of those names
 
 A command imports the modules it needs when it runs (:mod:`dueflow.cli._lazy`), so
@@ -31,6 +32,7 @@ from dueflow.cli import (
     shows,
     simulator,
     status,
+    tickets,
     timers,
     users,
     webhooks,
@@ -65,6 +67,7 @@ GROUPS: dict[str, typer.Typer] = {
     "coupons": shop.coupons_app,
     "flash": shop.flash_app,
     "shows": shows.app,
+    "tickets": tickets.app,
     "webhooks": webhooks.app,
 }
 for name, group in GROUPS.items():

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from dueflow import bootstrap, render
     from dueflow.service import (
         accounts,
+        checkin,
         events,
         orders,
         payments,
@@ -43,6 +44,7 @@ else:
     bootstrap = LazyModule("dueflow.bootstrap")
     render = LazyModule("dueflow.render")
     accounts = LazyModule("dueflow.service.accounts")
+    checkin = LazyModule("dueflow.service.checkin")
     events = LazyModule("dueflow.service.events")
     orders = LazyModule("dueflow.service.orders")
     payments = LazyModule("dueflow.service.payments")
@@ -62,6 +64,7 @@ __all__ = [
     "LazyModule",
     "accounts",
     "bootstrap",
+    "checkin",
     "events",
     "migrations",
     "orders",
