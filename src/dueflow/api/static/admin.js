@@ -1,5 +1,7 @@
 // dueflow admin: refresh <main data-refresh="N"> every N seconds by fetching the same page
 // and swapping its <main> in, unless the pointer is over a form or focus is inside <main>.
+// The gate page: Enter in its codes box sends them (a barcode scanner types a code, then
+// Enter); Shift+Enter starts a new line, and a paste of several lines stays as it is.
 // The pages work without this script (plain links and forms).
 (function () {
   "use strict";
@@ -34,5 +36,15 @@
       })
       .catch(function () { window.setTimeout(refresh, 10000); });
   }
+  function sendCodesOnEnter(event) {
+    var box = event.target;
+    if (event.key !== "Enter" || event.shiftKey || event.isComposing ||
+        !box.matches || !box.matches("#gate-form textarea[name=codes]")) { return; }
+    event.preventDefault();  // no new line: the scanner's Enter ends its code
+    if (box.value.trim() === "") { return; }
+    var form = box.form;
+    if (form.requestSubmit) { form.requestSubmit(); } else { form.submit(); }
+  }
   document.addEventListener("DOMContentLoaded", schedule);
+  document.addEventListener("keydown", sendCodesOnEnter);
 })();
