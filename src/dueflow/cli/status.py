@@ -26,8 +26,10 @@ def status(
     what needs attention, and the invariants (over the latest changes; --full: every order)."""
 
     async def go(deps: Deps) -> tuple[report.Snapshot, report.Checked]:
-        checked = await (report.check_full(deps) if full else report.check_recent(deps))
-        return await report.snapshot(deps, full=full), checked
+        # The dashboard's reads, side by side on PostgreSQL and MariaDB (service/reads.py).
+        if full:
+            return await report.snapshot(deps, full=True), await report.check_full(deps)
+        return await report.snapshot_and_check(deps)
 
     snapshot, checked = run(with_deps(settings_or_exit(), go))
     render.print_snapshot(out, snapshot)

@@ -10,6 +10,8 @@ deadline is found among every live order in both: a forgotten order is one that 
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +20,7 @@ from sqlalchemy import func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderStatus
-from dueflow.service import shop_checks
+from dueflow.service import reads, shop_checks
 from dueflow.service.deps import Deps
 from dueflow.service.shop_checks import within
 from dueflow.store import aftersale, holds
@@ -111,35 +113,39 @@ async def check_invariants(deps: Deps, *, tolerance_seconds: float = 5.0) -> Inv
     """Check every promise over every order: nothing held by a dead order, no order left past
     its deadline (beyond ``tolerance_seconds``), no reminder or review twice, no goods held by
     two live orders, the seats, the shop's units and coupons, the cancels' notices."""
-    async with deps.db.report() as conn:
-        return await _check(conn, deps.clock.now(), tolerance_seconds, None)
+    return await _check(deps, deps.clock.now(), tolerance_seconds, None)
 
 
 async def check_full(deps: Deps, *, tolerance_seconds: float = 5.0) -> Checked:
     """:func:`check_invariants`, labelled as the full check."""
     async with deps.db.report() as conn:
         count = int((await conn.execute(select(func.count()).select_from(t_orders))).scalar_one())
-        found = await _check(conn, deps.clock.now(), tolerance_seconds, None)
+    found = await _check(deps, deps.clock.now(), tolerance_seconds, None)
     return Checked(found, full=True, orders=count, since=None, limit=count)
 
 
 async def check_recent(
-    deps: Deps, *, limit: int = RECENT, tolerance_seconds: float = 5.0
+    deps: Deps,
+    *,
+    limit: int = RECENT,
+    tolerance_seconds: float = 5.0,
+    lanes: asyncio.Semaphore | None = None,
 ) -> Checked:
     """Check the promises over the ``limit`` orders that moved last (and every live order for
-    the deadlines): a bounded read, whatever the number of orders."""
+    the deadlines): a bounded read, whatever the number of orders. Its statements run side by
+    side on PostgreSQL and MariaDB (:mod:`dueflow.service.reads`, within ``lanes``)."""
     o = t_orders.c
     latest = (
         select(o.id, o.updated_at, o.goods_id, o.show_id).order_by(o.updated_at.desc()).limit(limit)
     )
     async with deps.db.report() as conn:
         rows = (await conn.execute(latest)).all()
-        among = Among(
-            orders=sorted(int(row.id) for row in rows),
-            goods=sorted({int(row.goods_id) for row in rows if row.goods_id is not None}),
-            shows=sorted({int(row.show_id) for row in rows if row.show_id is not None}),
-        )
-        found = await _check(conn, deps.clock.now(), tolerance_seconds, among)
+    among = Among(
+        orders=sorted(int(row.id) for row in rows),
+        goods=sorted({int(row.goods_id) for row in rows if row.goods_id is not None}),
+        shows=sorted({int(row.show_id) for row in rows if row.show_id is not None}),
+    )
+    found = await _check(deps, deps.clock.now(), tolerance_seconds, among, lanes)
     since = min((row.updated_at for row in rows), default=None)
     return Checked(found, full=False, orders=len(rows), since=since, limit=limit)
 
@@ -153,53 +159,110 @@ class Among:
     shows: list[int]
 
 
+#: A check's statements, each with the fields of :class:`Invariants` its result fills (a list
+#: of ids each, in that order).
+Parts = list[tuple[tuple[str, ...], reads.Part]]
+
+
 async def _check(
-    conn: AsyncConnection, now: datetime, tolerance_seconds: float, scope: Among | None
+    deps: Deps,
+    now: datetime,
+    tolerance_seconds: float,
+    scope: Among | None,
+    lanes: asyncio.Semaphore | None = None,
 ) -> Invariants:
-    """Every promise, over the orders of ``scope`` (None: every order)."""
+    """Every promise, over the orders of ``scope`` (None: every order). The statements are read
+    side by side (:func:`dueflow.service.reads.each`): those that need nothing but the scope,
+    with what its orders hold; then the shop's, over those items."""
     among = None if scope is None else scope.orders
     late = now - timedelta(seconds=tolerance_seconds)
-    result = Invariants()
     dead = [s.value for s in OrderStatus if s.is_cancelled]
-    held = select(goods.c.id).join(t_orders, t_orders.c.id == goods.c.reserved_order_id)
+    parts = _order_parts(late, dead, scope) + _seat_parts(dead, scope)
+    parts.append((("cancels_not_notified",), _bound(shop_checks.cancels_not_notified, dead, among)))
+    result = Invariants()
+    if scope is None:
+        parts += _shop_parts(None, None)
+        _fill(result, parts, await reads.each(deps, [part for _, part in parts], lanes=lanes))
+        return result
+    first = [part for _, part in parts]
+    found = await reads.each(deps, [*first, _bound(_held_by, among)], lanes=lanes)
+    _fill(result, parts, found[:-1])
+    shop = _shop_parts(found[-1], among)
+    _fill(result, shop, await reads.each(deps, [part for _, part in shop], lanes=lanes))
+    return result
+
+
+def _fill(result: Invariants, parts: Parts, found: Sequence[Any]) -> None:
+    """Add what each part found to its fields of ``result`` (a part filling several answers
+    a tuple of lists)."""
+    for (fields, _), value in zip(parts, found, strict=True):
+        values = value if len(fields) > 1 else (value,)
+        for name, ids in zip(fields, values, strict=True):
+            setattr(result, name, getattr(result, name) + list(ids))
+
+
+def _bound(check: Any, *args: Any) -> reads.Part:
+    """``check(conn, *args)`` as a part."""
+
+    async def part(conn: AsyncConnection) -> Any:
+        return await check(conn, *args)
+
+    return part
+
+
+def _order_parts(late: datetime, dead: list[str], scope: Among | None) -> Parts:
+    """The orders' own promises: goods, deadlines, reminders, reviews."""
+    among = None if scope is None else scope.orders
     their_goods = None if scope is None else scope.goods
+    parts: Parts = []
     # A bounded check skips what its orders cannot hold (no goods, no show, no coupon among
     # them): each statement saved is a round trip on every refresh.
-    has_goods = their_goods is None or bool(their_goods)
-    if has_goods:
-        result.held_by_dead_order = await _ids(
-            conn, held.where(t_orders.c.status.in_(dead), within(conn, goods.c.id, their_goods))
-        )
+    if their_goods is None or their_goods:
+
+        async def held_by_dead_order(conn: AsyncConnection) -> list[int]:
+            held = select(goods.c.id).join(t_orders, t_orders.c.id == goods.c.reserved_order_id)
+            return await _ids(
+                conn,
+                held.where(t_orders.c.status.in_(dead), within(conn, goods.c.id, their_goods)),
+            )
+
+        async def goods_held_twice(conn: AsyncConnection) -> list[int]:
+            live = [s.value for s in OrderStatus if not s.is_cancelled]
+            double = (
+                select(t_orders.c.goods_id)
+                .where(t_orders.c.status.in_(live), t_orders.c.goods_id.is_not(None))
+                .where(within(conn, t_orders.c.goods_id, their_goods))
+                .group_by(t_orders.c.goods_id)
+                .having(func.count() > 1)
+            )
+            return await _ids(conn, double)
+
+        parts += [
+            (("held_by_dead_order",), held_by_dead_order),
+            (("goods_held_twice",), goods_held_twice),
+        ]
     for status, column in _DEADLINES.items():
         # A literal status: the partial index of that status' deadline serves it, under a
         # generic prepared plan too (store/_schema_orders.py).
         query = select(t_orders.c.id).where(
             t_orders.c.status == literal_column(f"'{status.value}'"), column < late
         )
-        result.past_deadline += await _ids(conn, query)
+        parts.append((("past_deadline",), _bound(_ids, query)))
+
+    async def reviews_twice(conn: AsyncConnection) -> list[int]:
+        twice = (
+            select(reviews.c.order_id)
+            .where(within(conn, reviews.c.order_id, among))
+            .group_by(reviews.c.order_id, reviews.c.role)
+            .having(func.count() > 1)
+        )
+        return await _ids(conn, twice)
+
     # Deliveries, not rows: one row per reminder is a unique key, but one row can be sent
     # more than once (a lease lost mid-batch, a resend after an unanswered send).
-    result.reminders_twice = await aftersale.delivered_twice(conn, among)
-    twice = (
-        select(reviews.c.order_id)
-        .where(within(conn, reviews.c.order_id, among))
-        .group_by(reviews.c.order_id, reviews.c.role)
-        .having(func.count() > 1)
-    )
-    result.reviews_twice = await _ids(conn, twice)
-    live = [s.value for s in OrderStatus if not s.is_cancelled]
-    double = (
-        select(t_orders.c.goods_id)
-        .where(t_orders.c.status.in_(live), t_orders.c.goods_id.is_not(None))
-        .where(within(conn, t_orders.c.goods_id, their_goods))
-        .group_by(t_orders.c.goods_id)
-        .having(func.count() > 1)
-    )
-    if has_goods:
-        result.goods_held_twice = await _ids(conn, double)
-    await _check_seats(conn, result, dead, scope)
-    await _check_shop(conn, result, dead, among)
-    return result
+    parts.append((("reminders_twice",), _bound(aftersale.delivered_twice, among)))
+    parts.append((("reviews_twice",), reviews_twice))
+    return parts
 
 
 async def _ids(conn: AsyncConnection, query: Any) -> list[int]:
@@ -207,107 +270,121 @@ async def _ids(conn: AsyncConnection, query: Any) -> list[int]:
     return [int(i) for i in (await conn.execute(query)).scalars()]
 
 
-async def _check_seats(
-    conn: AsyncConnection, result: Invariants, dead: list[str], scope: Among | None
-) -> None:
+def _seat_parts(dead: list[str], scope: Among | None) -> Parts:
     """The seat promises: no seat held by a dead order or twice, every buyer's count equal to
     the seats they hold and within the show's limit (over the orders and shows of ``scope``)."""
     among, show_ids = (None, None) if scope is None else (scope.orders, scope.shows)
     if show_ids is not None and not show_ids:
-        return  # seats are held by orders of a show only
-    by_dead = (
-        select(seat_holds.c.order_id)
-        .join(t_orders, t_orders.c.id == seat_holds.c.order_id)
-        .where(t_orders.c.status.in_(dead), within(conn, seat_holds.c.order_id, among))
-        .distinct()
-    )
-    result.seats_held_by_dead_order = await _ids(conn, by_dead)
-    twice = (
-        select(seat_holds.c.seat_id)
-        .where(within(conn, seat_holds.c.show_id, show_ids))
-        .group_by(seat_holds.c.seat_id)
-        .having(func.count() > 1)
-    )
-    result.seats_held_twice = await _ids(conn, twice)
-    held = (
-        select(seat_holds.c.show_id, seat_holds.c.buyer_id, func.count().label("n"))
-        .where(within(conn, seat_holds.c.show_id, show_ids))
-        .group_by(seat_holds.c.show_id, seat_holds.c.buyer_id)
-        .subquery()
-    )
-    counted = (
-        select(show_buyers.c.show_id)
-        .join(shows, shows.c.id == show_buyers.c.show_id)
-        .outerjoin(
-            held,
-            (held.c.show_id == show_buyers.c.show_id) & (held.c.buyer_id == show_buyers.c.buyer_id),
+        return []  # seats are held by orders of a show only
+
+    async def by_dead(conn: AsyncConnection) -> list[int]:
+        query = (
+            select(seat_holds.c.order_id)
+            .join(t_orders, t_orders.c.id == seat_holds.c.order_id)
+            .where(t_orders.c.status.in_(dead), within(conn, seat_holds.c.order_id, among))
+            .distinct()
         )
-        .where(
-            within(conn, show_buyers.c.show_id, show_ids),
-            (func.coalesce(held.c.n, 0) != show_buyers.c.seats)
-            | (show_buyers.c.seats > shows.c.seat_limit),
+        return await _ids(conn, query)
+
+    async def twice(conn: AsyncConnection) -> list[int]:
+        query = (
+            select(seat_holds.c.seat_id)
+            .where(within(conn, seat_holds.c.show_id, show_ids))
+            .group_by(seat_holds.c.seat_id)
+            .having(func.count() > 1)
         )
-        .distinct()
-    )
-    result.seat_limits_broken = await _ids(conn, counted)
+        return await _ids(conn, query)
+
+    async def counted(conn: AsyncConnection) -> list[int]:
+        held = (
+            select(seat_holds.c.show_id, seat_holds.c.buyer_id, func.count().label("n"))
+            .where(within(conn, seat_holds.c.show_id, show_ids))
+            .group_by(seat_holds.c.show_id, seat_holds.c.buyer_id)
+            .subquery()
+        )
+        same = (held.c.show_id == show_buyers.c.show_id) & (
+            held.c.buyer_id == show_buyers.c.buyer_id
+        )
+        query = (
+            select(show_buyers.c.show_id)
+            .join(shows, shows.c.id == show_buyers.c.show_id)
+            .outerjoin(held, same)
+            .where(
+                within(conn, show_buyers.c.show_id, show_ids),
+                (func.coalesce(held.c.n, 0) != show_buyers.c.seats)
+                | (show_buyers.c.seats > shows.c.seat_limit),
+            )
+            .distinct()
+        )
+        return await _ids(conn, query)
+
+    return [
+        (("seats_held_by_dead_order",), by_dead),
+        (("seats_held_twice",), twice),
+        (("seat_limits_broken",), counted),
+    ]
 
 
-async def _items(conn: AsyncConnection, among: list[int] | None) -> dict[str, list[int]] | None:
-    """What the orders ``among`` hold, per line kind (None: everything, the full check)."""
-    if among is None:
-        return None
+#: What a bounded check's orders hold: item ids per line kind, and whether a coupon names one
+#: of them.
+Held = tuple[dict[str, list[int]], bool]
+
+
+async def _held_by(conn: AsyncConnection, among: list[int]) -> Held:
+    """What the orders ``among`` hold, per line kind; and, when no line of theirs is a coupon,
+    whether a coupon names one of them anyway (else the coupon checks have nothing to look at)."""
     lines = select(order_lines.c.kind, order_lines.c.item_id).where(
         within(conn, order_lines.c.order_id, among)
     )
     found: dict[str, set[int]] = {}
     for kind, item_id in (await conn.execute(lines)).all():
         found.setdefault(str(kind), set()).add(int(item_id))
-    return {kind: sorted(ids) for kind, ids in found.items()}
+    items = {kind: sorted(ids) for kind, ids in found.items()}
+    if items.get(holds.CouponHold.kind):
+        return items, True
+    query = select(coupons.c.id).where(within(conn, coupons.c.order_id, among)).limit(1)
+    return items, (await conn.execute(query)).first() is not None
 
 
-async def _check_shop(
-    conn: AsyncConnection, result: Invariants, dead: list[str], among: list[int] | None
-) -> None:
+def _shop_parts(held: Held | None, among: list[int] | None) -> Parts:
     """The shop promises (:mod:`dueflow.service.shop_checks`): units, flash sale counts,
-    coupons, and a notice for every cancelled order (of every flow)."""
-    items = await _items(conn, among)
+    coupons, over the items ``held`` (None: every one)."""
 
     def of(kind: str) -> list[int] | None:
-        return None if items is None else items.get(kind, [])
+        return None if held is None else held[0].get(kind, [])
 
-    sku_ids, flash_ids, coupon_ids = (
-        of(holds.SkuHold.kind),
-        of(holds.FlashHold.kind),
-        of(holds.CouponHold.kind),
-    )
-    (
-        result.units_unbalanced,
-        result.units_held_by_dead_order,
-        result.units_sold_unpaid,
-    ) = await shop_checks.units_promises(conn, skus, holds.SkuHold.kind, sku_ids)
-    (
-        result.flash_units_unbalanced,
-        result.flash_units_held_by_dead_order,
-        result.flash_units_sold_unpaid,
-    ) = await shop_checks.units_promises(conn, flash_sales, holds.FlashHold.kind, flash_ids)
-    result.flash_limits_broken = await shop_checks.flash_limits_broken(conn, flash_ids)
-    result.coupons_used_twice = await shop_checks.coupons_used_twice(conn, coupon_ids)
-    if coupon_ids is None or coupon_ids or await _any_coupon_of(conn, among):
+    sku_ids, flash_ids = of(holds.SkuHold.kind), of(holds.FlashHold.kind)
+    coupon_ids = of(holds.CouponHold.kind)
+    parts: Parts = [
+        (
+            ("units_unbalanced", "units_held_by_dead_order", "units_sold_unpaid"),
+            _bound(shop_checks.units_promises, skus, holds.SkuHold.kind, sku_ids),
+        ),
+        (
+            (
+                "flash_units_unbalanced",
+                "flash_units_held_by_dead_order",
+                "flash_units_sold_unpaid",
+            ),
+            _bound(shop_checks.units_promises, flash_sales, holds.FlashHold.kind, flash_ids),
+        ),
+        (("flash_limits_broken",), _bound(shop_checks.flash_limits_broken, flash_ids)),
+        (("coupons_used_twice",), _bound(shop_checks.coupons_used_twice, coupon_ids)),
+    ]
+    if held is None or held[1]:
         checks = shop_checks.CouponScope(orders=among, coupons=coupon_ids)
-        result.coupons_locked_by_dead_order = await shop_checks.coupons_locked_by_dead_order(
-            conn, checks
-        )
-        result.coupons_used_by_unpaid_order = await shop_checks.coupons_used_by_unpaid_order(
-            conn, checks
-        )
-        result.coupons_not_with_their_order = await shop_checks.coupons_not_with_their_order(
-            conn, checks
-        )
-    result.cancels_not_notified = await shop_checks.cancels_not_notified(conn, dead, among)
-
-
-async def _any_coupon_of(conn: AsyncConnection, among: list[int] | None) -> bool:
-    """Whether a coupon names one of the orders ``among`` (else, with no coupon on their lines,
-    the coupon checks have nothing to look at)."""
-    query = select(coupons.c.id).where(within(conn, coupons.c.order_id, among)).limit(1)
-    return (await conn.execute(query)).first() is not None
+        parts += [
+            (
+                ("coupons_locked_by_dead_order",),
+                _bound(shop_checks.coupons_locked_by_dead_order, checks),
+            ),
+            (
+                ("coupons_used_by_unpaid_order",),
+                _bound(shop_checks.coupons_used_by_unpaid_order, checks),
+            ),
+            (
+                ("coupons_not_with_their_order",),
+                _bound(shop_checks.coupons_not_with_their_order, checks),
+            ),
+        ]
+    return parts

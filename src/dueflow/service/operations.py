@@ -112,13 +112,11 @@ async def overdue_timers(deps: Deps, limit: int = 100) -> list[dict[str, Any]]:
     """Live timers past due by more than the scan grace, oldest first, with their order's
     status."""
     t_timers, t_orders = schema.timers, schema.orders
+    first = timers.overdue_first(deps.clock.now() - deps.scan_grace, limit)
     query = (
         select(t_timers, t_orders.c.status.label("order_status"))
+        .join(first, first.c.id == t_timers.c.id)
         .join(t_orders, t_orders.c.id == t_timers.c.order_id)
-        .where(
-            t_timers.c.state.in_(LIVE),
-            t_timers.c.due_at <= deps.clock.now() - deps.scan_grace,
-        )
         .order_by(t_timers.c.due_at, t_timers.c.id)
         .limit(limit)
     )

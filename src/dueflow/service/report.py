@@ -3,6 +3,7 @@ the invariants are :mod:`dueflow.service.invariants`' (re-exported here)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,7 +13,7 @@ from sqlalchemy import and_, func, select
 
 from dueflow.domain.timers import TimerState
 from dueflow.exceptions import Busy, Conflict
-from dueflow.service import attention
+from dueflow.service import attention, reads
 from dueflow.service.deps import Deps
 from dueflow.service.invariants import (
     Checked,
@@ -28,7 +29,15 @@ from dueflow.store.schema import timers as t_timers
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Checked", "Invariants", "Snapshot", "check_full", "check_invariants", "check_recent"]
+__all__ = [
+    "Checked",
+    "Invariants",
+    "Snapshot",
+    "check_full",
+    "check_invariants",
+    "check_recent",
+    "snapshot_and_check",
+]
 
 
 @dataclass
@@ -59,30 +68,60 @@ class Snapshot:
         return 0.0 if since is None else max(0.0, (self.at - since).total_seconds())
 
 
-async def snapshot(deps: Deps, *, full: bool = False) -> Snapshot:
+async def snapshot(
+    deps: Deps, *, full: bool = False, lanes: asyncio.Semaphore | None = None
+) -> Snapshot:
     """Counts by status and state, overdue and stuck timers, refunds, discrepancies, what needs
     attention. Orders in a final status are kept counted up to a watermark
     (:mod:`dueflow.store.counts`, moved here when due) and timers are counted in their live
-    states (scheduled, claimed, parked) alone, unless ``full``: every order and timer counted."""
+    states (scheduled, claimed, parked) alone, unless ``full``: every order and timer counted.
+    The counts are read side by side on PostgreSQL and MariaDB (:mod:`dueflow.service.reads`,
+    within ``lanes``)."""
     now = deps.clock.now()
     if not full:
         await _catch_up(deps, now)
-    async with deps.db.report() as conn:
-        return Snapshot(
-            at=now,
-            orders=await (counts.count_all(conn) if full else counts.count_by_status(conn)),
-            timers=await (
-                timers.count_by_state(conn) if full else counts.live_timers_by_state(conn)
-            ),
-            overdue=await timers.overdue(conn, now=now, grace=deps.scan_grace),
-            stuck=await timers.stuck(conn),
-            refunds=await payments.count_refunds_by_state(conn),
-            discrepancies=await payments.count_discrepancies(conn),
-            event_backlog=await events.backlog(conn),
-            refund_processing_since=await payments.processing_since(conn),
-            attention=await attention.counts(conn, now),
-            full=full,
-        )
+    grace = deps.scan_grace
+    found = await reads.each(
+        deps,
+        [
+            counts.count_all if full else counts.count_by_status,
+            timers.count_by_state if full else counts.live_timers_by_state,
+            lambda conn: timers.overdue(conn, now=now, grace=grace),
+            timers.stuck,
+            payments.count_refunds_by_state,
+            payments.count_discrepancies,
+            events.backlog,
+            payments.processing_since,
+            lambda conn: attention.counts(conn, now),
+        ],
+        lanes=lanes,
+    )
+    orders, by_state, overdue, stuck, refunds, discrepancies, backlog, since, waiting = found
+    return Snapshot(
+        at=now,
+        orders=orders,
+        timers=by_state,
+        overdue=overdue,
+        stuck=stuck,
+        refunds=refunds,
+        discrepancies=discrepancies,
+        event_backlog=backlog,
+        refund_processing_since=since,
+        attention=waiting,
+        full=full,
+    )
+
+
+async def snapshot_and_check(deps: Deps) -> tuple[Snapshot, Checked]:
+    """:func:`snapshot` and :func:`check_recent` (what ``dueflow status`` shows), read side by
+    side on PostgreSQL and MariaDB within one page's lanes, one after the other on SQLite."""
+    if not reads.side_by_side(deps):
+        return await snapshot(deps), await check_recent(deps)
+    lanes = reads.lanes()
+    snap, checked = await asyncio.gather(
+        snapshot(deps, lanes=lanes), check_recent(deps, lanes=lanes)
+    )
+    return snap, checked
 
 
 async def _catch_up(deps: Deps, now: datetime) -> None:
