@@ -11,8 +11,9 @@ from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
 from dueflow import cli
+from dueflow.api.admin_pages import dashboard
 from dueflow.cli import _common
-from dueflow.service import invariants, orders, payments, report
+from dueflow.service import invariants, operations, orders, payments, report
 from dueflow.store import counts, schema
 from dueflow.store.schema import coupons, flash_buyers, skus
 from tests.unit.test_shop_invariants import broken, live_shop, write
@@ -173,3 +174,24 @@ async def test_a_bounded_check_over_a_shop_names_what_the_full_check_names(world
     }
     bounded = await invariants.check_recent(world.deps, tolerance_seconds=0)
     assert broken(bounded.invariants) == full  # every order of the shop moved lately
+
+
+async def test_overdue_timers_are_counted_and_listed_read_side_by_side(backend_world):
+    # On PostgreSQL and MariaDB the snapshot's reads and the dashboard's run side by side,
+    # each on a connection of its own (service/reads.py); the counts are those read one by one.
+    world = backend_world
+    placed = await place(world, 3)
+    world.clock.advance(timedelta(hours=1))  # past every pay deadline and the scan's grace
+    snap, checked = await report.snapshot_and_check(world.deps)
+    # each order's pay deadline and payment reminder
+    assert (snap.overdue, snap.orders["pending_payment"], checked.orders) == (6, 3, 3)
+    assert checked.invariants.past_deadline == sorted(placed)
+    page = await dashboard._read(world.deps)
+    overdue = page["overdue"]
+    assert sorted(t["order_id"] for t in overdue) == sorted(placed * 2)
+    assert [(t["due_at"], t["id"]) for t in overdue] == sorted(
+        (t["due_at"], t["id"]) for t in overdue
+    )
+    assert {t["order_status"] for t in overdue} == {"pending_payment"}
+    assert await operations.overdue_timers(world.deps, 2) == overdue[:2]
+    assert page["snap"].overdue == 6 and page["checked"].invariants.past_deadline == placed

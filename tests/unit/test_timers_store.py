@@ -8,6 +8,7 @@ from decimal import Decimal
 from sqlalchemy import select, update
 
 from dueflow.domain.timers import TimerKind, TimerState
+from dueflow.service import operations
 from dueflow.store import orders, timers
 from dueflow.store.schema import timers as t_timers
 
@@ -470,6 +471,11 @@ async def test_counts_by_state_overdue_and_stuck(world):
         assert await timers.overdue(conn, now=now, grace=timedelta(seconds=5)) == 3
         assert await timers.overdue(conn, now=now, grace=timedelta(0)) == 4
         assert await timers.stuck(conn) == 1  # e is stuck but done
+    # The dashboard's list: both live states, oldest due first, each with its order's status.
+    listed = await operations.overdue_timers(world.deps, 20)
+    assert [t["id"] for t in listed] == [_a, b, c]
+    assert {t["order_status"] for t in listed} == {"pending_payment"}
+    assert [t["id"] for t in await operations.overdue_timers(world.deps, 2)] == [_a, b]
 
 
 async def test_rearm_puts_a_claim_back_at_a_later_time_uncounted(world):
