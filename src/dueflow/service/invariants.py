@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, literal_column, select
+from sqlalchemy import func, literal_column, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.domain.lifecycle import OrderStatus
@@ -188,7 +188,8 @@ async def _check(
     found = await reads.each(deps, [*first, _bound(_held_by, among)], lanes=lanes)
     _fill(result, parts, found[:-1])
     shop = _shop_parts(found[-1], among)
-    _fill(result, shop, await reads.each(deps, [part for _, part in shop], lanes=lanes))
+    if shop:
+        _fill(result, shop, await reads.each(deps, [part for _, part in shop], lanes=lanes))
     return result
 
 
@@ -241,13 +242,17 @@ def _order_parts(late: datetime, dead: list[str], scope: Among | None) -> Parts:
             (("held_by_dead_order",), held_by_dead_order),
             (("goods_held_twice",), goods_held_twice),
         ]
-    for status, column in _DEADLINES.items():
-        # A literal status: the partial index of that status' deadline serves it, under a
-        # generic prepared plan too (store/_schema_orders.py).
-        query = select(t_orders.c.id).where(
-            t_orders.c.status == literal_column(f"'{status.value}'"), column < late
+    # A literal status: the partial index of that status' deadline serves it, under a generic
+    # prepared plan too (store/_schema_orders.py); the four in one statement.
+    past = union_all(
+        *(
+            select(t_orders.c.id).where(
+                t_orders.c.status == literal_column(f"'{status.value}'"), column < late
+            )
+            for status, column in _DEADLINES.items()
         )
-        parts.append((("past_deadline",), _bound(_ids, query)))
+    )
+    parts.append((("past_deadline",), _bound(_ids, past)))
 
     async def reviews_twice(conn: AsyncConnection) -> list[int]:
         twice = (
@@ -355,22 +360,29 @@ def _shop_parts(held: Held | None, among: list[int] | None) -> Parts:
 
     sku_ids, flash_ids = of(holds.SkuHold.kind), of(holds.FlashHold.kind)
     coupon_ids = of(holds.CouponHold.kind)
-    parts: Parts = [
-        (
-            ("units_unbalanced", "units_held_by_dead_order", "units_sold_unpaid"),
-            _bound(shop_checks.units_promises, skus, holds.SkuHold.kind, sku_ids),
-        ),
-        (
+    # An empty list of items has nothing to check: no part (no connection taken for it).
+    parts: Parts = []
+    if sku_ids is None or sku_ids:
+        parts.append(
             (
-                "flash_units_unbalanced",
-                "flash_units_held_by_dead_order",
-                "flash_units_sold_unpaid",
+                ("units_unbalanced", "units_held_by_dead_order", "units_sold_unpaid"),
+                _bound(shop_checks.units_promises, skus, holds.SkuHold.kind, sku_ids),
+            )
+        )
+    if flash_ids is None or flash_ids:
+        parts += [
+            (
+                (
+                    "flash_units_unbalanced",
+                    "flash_units_held_by_dead_order",
+                    "flash_units_sold_unpaid",
+                ),
+                _bound(shop_checks.units_promises, flash_sales, holds.FlashHold.kind, flash_ids),
             ),
-            _bound(shop_checks.units_promises, flash_sales, holds.FlashHold.kind, flash_ids),
-        ),
-        (("flash_limits_broken",), _bound(shop_checks.flash_limits_broken, flash_ids)),
-        (("coupons_used_twice",), _bound(shop_checks.coupons_used_twice, coupon_ids)),
-    ]
+            (("flash_limits_broken",), _bound(shop_checks.flash_limits_broken, flash_ids)),
+        ]
+    if coupon_ids is None or coupon_ids:
+        parts.append((("coupons_used_twice",), _bound(shop_checks.coupons_used_twice, coupon_ids)))
     if held is None or held[1]:
         checks = shop_checks.CouponScope(orders=among, coupons=coupon_ids)
         parts += [
