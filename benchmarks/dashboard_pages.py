@@ -89,9 +89,17 @@ async def pages(url: str, rounds: int, full_rounds: int) -> None:
                 print(f"GET {path:38} {median:10.1f} {worst:10.1f}", flush=True)
             recent = getattr(report, "check_recent", report.check_invariants)
             full = getattr(report, "check_full", report.check_invariants)
+
+            async def status_reads() -> Any:
+                """What ``dueflow status`` reads: side by side where the tree can."""
+                if hasattr(report, "snapshot_and_check"):
+                    return await report.snapshot_and_check(deps)
+                return await recent(deps), await report.snapshot(deps)
+
             reads: dict[str, Callable[[], Awaitable[Any]]] = {
                 "report.snapshot (status, /metrics)": lambda: report.snapshot(deps),
                 "invariants.check_recent (status)": lambda: recent(deps),
+                "the two together (status' reads)": status_reads,
             }
             for label, read in reads.items():
                 median, worst = await timed(rounds, read)
