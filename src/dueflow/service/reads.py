@@ -4,8 +4,9 @@ a few pooled connections, so a page waits for the longest share, not for the sum
 The dashboard and ``dueflow status`` read a dozen counts and lists, each a few milliseconds; one
 after the other on one connection, their round trips and the database's work added up (the sum
 was most of the dashboard's time over a million orders: docs/benchmarks.md). Side by side they
-overlap. At most :data:`WIDTH` of a call's reads hold a connection at once, so a page takes a
-few of the pool's connections, never the ones the order paths need.
+overlap. At most :data:`WIDTH` of a page's reads hold a connection at once (the ``lanes`` the
+page passes to each call), so a page takes a few of the pool's 15 connections and leaves the
+rest to the order paths.
 
 On SQLite the reads run one after the other on one connection, as before: it has one file and
 its report connections are threads of one process.
