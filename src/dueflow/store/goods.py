@@ -65,8 +65,18 @@ async def release_goods(conn: AsyncConnection, order_ids: Sequence[int], now: da
     )
 
 
+#: A paid order's goods sold (one order a confirm), run hot.
+_SELL_ONE = hot.Hot(
+    update(goods)
+    .where(goods.c.reserved_order_id == bindparam("order_id"), _STILL_ON_SALE)
+    .values(status=SOLD, updated_at=bindparam("now"))
+)
+
+
 async def sell_goods(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
     """Mark as sold the goods these (now paid) orders hold."""
+    if len(order_ids) == 1:
+        return await _SELL_ONE.rowcount(conn, order_id=order_ids[0], now=now)
     return await _update_held(conn, order_ids, _STILL_ON_SALE, status=SOLD, updated_at=now)
 
 

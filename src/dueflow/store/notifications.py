@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow.store import hot
 from dueflow.store.schema import notifications
 
 
@@ -20,7 +21,8 @@ def _param(name: str) -> Any:
 
 
 # Built once (every notification runs both): building and keying a statement per call costs
-# more than executing it on SQLite.
+# more than executing it on SQLite. The verdict runs hot (store/hot.py); the insert stays Core,
+# which gives back the new row's id on every dialect.
 _STORE = insert(notifications).values(
     provider=_param("provider"),
     received_at=_param("received_at"),
@@ -30,7 +32,7 @@ _STORE = insert(notifications).values(
     verified=False,
     outcome="received",
 )
-_JUDGE = (
+_JUDGE = hot.Hot(
     update(notifications)
     .where(notifications.c.id == bindparam("p_id", type_=notifications.c.id.type))
     .values(
@@ -77,16 +79,14 @@ async def judge(
     event: str | None = None,
 ) -> None:
     """Record what became of a notification."""
-    await conn.execute(
-        _JUDGE,
-        {
-            "p_id": inbox_id,
-            "p_verified": verified,
-            "p_outcome": outcome,
-            "p_error": error[:2000] if error else None,
-            "p_pay_no": pay_no[:32] if pay_no else None,
-            "p_event": event,
-        },
+    await _JUDGE.rowcount(
+        conn,
+        p_id=inbox_id,
+        p_verified=verified,
+        p_outcome=outcome,
+        p_error=error[:2000] if error else None,
+        p_pay_no=pay_no[:32] if pay_no else None,
+        p_event=event,
     )
 
 

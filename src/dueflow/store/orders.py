@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, NotRequired, TypedDict, Unpack
+from typing import Any, NotRequired, TypedDict, Unpack, cast
 
 from sqlalchemy import (
     Column,
@@ -20,6 +20,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    or_,
     select,
     update,
 )
@@ -28,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from dueflow import tracing
 from dueflow.domain import lifecycle
 from dueflow.domain.lifecycle import OrderEvent, OrderStatus
-from dueflow.store import snapshots, tally
+from dueflow.store import hot, snapshots, tally
 from dueflow.store.schema import order_events, orders
 from dueflow.store.types import CENT, UTCDateTime, fit
 
@@ -120,6 +121,10 @@ async def move(
     """
     if not order_ids:
         return []
+    plain = {} if values is None else values
+    one = len(order_ids) == 1 and due is None and conn.dialect.update_returning
+    if one and not callable(plain):
+        return await _move_one(conn, order_ids[0], expected, event, now, plain)
     to, flows = _target(expected, event)
     if not flows:
         return []
@@ -156,6 +161,57 @@ async def move(
         if result.rowcount != len(ids):  # impossible while the rows are locked
             raise RuntimeError(f"orders {ids} changed under a lock")
     return rows
+
+
+async def _move_one(
+    conn: AsyncConnection,
+    order_id: int,
+    expected: OrderStatus,
+    event: OrderEvent,
+    now: datetime,
+    values: Mapping[str, Any],
+) -> list[Row[Any]]:
+    """:func:`move` of one order (a payment's confirm, a buyer's cancel): the same
+    ``UPDATE ... RETURNING``, compiled once and run hot."""
+    statement = _one_move(expected, event, tuple(sorted(values)))
+    if statement is None:
+        return []
+    params = {f"p_{name}": value for name, value in values.items()}
+    moved = await statement.all(conn, p_id=order_id, p_now=now, **params)
+    # Hot rows read as Rows do (columns as attributes).
+    return cast(list[Row[Any]], moved)
+
+
+_ONE_MOVES: dict[tuple[OrderStatus, OrderEvent, tuple[str, ...]], hot.Hot | None] = {}
+
+
+def _one_move(expected: OrderStatus, event: OrderEvent, names: tuple[str, ...]) -> hot.Hot | None:
+    """The hot statement of :func:`_move_one` (one per move and set of values, kept; None
+    when no flow allows the move): its values are the parameters ``p_<column>``."""
+    key = (expected, event, names)
+    if key in _ONE_MOVES:
+        return _ONE_MOVES[key]
+    to, flows = _target(expected, event)
+    found = None
+    if flows:
+        statement = (
+            update(orders)
+            .where(
+                orders.c.id == bindparam("p_id"),
+                orders.c.status == expected.value,
+                # No IN list: a hot statement has one shape.
+                or_(*(orders.c.flow == flow for flow in flows)),
+            )
+            .values(
+                status=to,
+                updated_at=bindparam("p_now", type_=orders.c.updated_at.type),
+                **{name: bindparam(f"p_{name}", type_=orders.c[name].type) for name in names},
+            )
+            .returning(*MOVED_COLUMNS)
+        )
+        found = hot.Hot(statement)
+    _ONE_MOVES[key] = found
+    return found
 
 
 def moved_to(

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack, cast
 
 from sqlalchemy import Row, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store import _rows, events, tally
+from dueflow.store import _rows, events, hot, tally
 from dueflow.store.schema import discrepancies, orders, payments, refunds
 from dueflow.store.types import fit
 
@@ -57,8 +57,8 @@ async def by_pay_no(
     return await _rows.first(conn, query, for_update=for_update)
 
 
-# The confirm path's statements, built once: building and keying a statement per call costs
-# more than executing it on SQLite.
+# The confirm path's statements, compiled once and run hot (store/hot.py): building and keying
+# a statement per call costs more than executing it on SQLite.
 _WITH_ORDER = (
     select(
         payments,
@@ -69,8 +69,11 @@ _WITH_ORDER = (
     .join(orders, orders.c.id == payments.c.order_id)
     .where(payments.c.pay_no == bindparam("p_pay_no", type_=payments.c.pay_no.type))
 )
-_WITH_ORDER_FOR_UPDATE = _WITH_ORDER.with_for_update()
-_MARK_PAID = (
+_HOT_WITH_ORDER = {
+    False: hot.Hot(_WITH_ORDER),
+    True: hot.Hot(_WITH_ORDER.with_for_update()),
+}
+_MARK_PAID = hot.Hot(
     update(payments)
     .where(payments.c.id == bindparam("p_id", type_=payments.c.id.type), payments.c.state != PAID)
     .values(
@@ -87,8 +90,9 @@ async def with_order_by_pay_no(
     """The attempt with this pay_no and its order's ``order_type``, ``flow`` and
     ``order_status``, in one statement; when ``for_update`` both rows are locked (the
     attempt's and the order's), so the status read stays the order's until the commit."""
-    query = _WITH_ORDER_FOR_UPDATE if for_update else _WITH_ORDER
-    return (await conn.execute(query, {"p_pay_no": pay_no})).first()
+    row = await _HOT_WITH_ORDER[for_update].first(conn, p_pay_no=pay_no)
+    # A hot row reads as a Row does (its columns as attributes, ``_mapping``).
+    return cast(Row[Any] | None, row)
 
 
 async def for_orders(
@@ -107,10 +111,10 @@ async def mark_paid(
     conn: AsyncConnection, payment_id: int, *, provider_trade_no: str | None, now: datetime
 ) -> bool:
     """Mark the attempt paid and handled; False if it already was."""
-    result = await conn.execute(
-        _MARK_PAID, {"p_id": payment_id, "p_trade_no": provider_trade_no, "p_now": now}
+    count = await _MARK_PAID.rowcount(
+        conn, p_id=payment_id, p_trade_no=provider_trade_no, p_now=now
     )
-    return result.rowcount == 1
+    return count == 1
 
 
 async def close_open(conn: AsyncConnection, order_ids: Sequence[int], now: datetime) -> int:
@@ -136,7 +140,7 @@ async def _close_where(
     return int(result.rowcount)
 
 
-_ANY_OPEN = (
+_ANY_OPEN = hot.Hot(
     select(payments.c.id)
     .where(
         payments.c.order_id == bindparam("p_order_id", type_=payments.c.order_id.type),
@@ -148,7 +152,7 @@ _ANY_OPEN = (
 
 async def has_open(conn: AsyncConnection, order_id: int) -> bool:
     """Whether the order has an open attempt (one statement, built once: the confirm path)."""
-    return (await conn.execute(_ANY_OPEN, {"p_order_id": order_id})).first() is not None
+    return await _ANY_OPEN.first(conn, p_order_id=order_id) is not None
 
 
 async def record_provider_refund(conn: AsyncConnection, attempt_id: int, amount: Decimal) -> bool:

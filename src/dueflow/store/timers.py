@@ -22,12 +22,24 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, String, and_, false, func, insert, literal, or_, select, update
+from sqlalchemy import (
+    Integer,
+    String,
+    and_,
+    bindparam,
+    false,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow import tracing
 from dueflow.domain.timers import TimerKind, TimerState
-from dueflow.store import tally
+from dueflow.store import hot, tally
 from dueflow.store._timers_claims import (
     claim_due,
     claim_due_first,
@@ -183,6 +195,24 @@ _SCHEDULE = insert(timers)
 _SCHEDULE_RETURNING = insert(timers).returning(*_WRITTEN)
 
 
+#: :func:`cancel_for_orders` of one order's order-life timers (a payment's confirm), run hot;
+#: its kinds and states are constants, so no IN list.
+_CANCEL_ONE = hot.Hot(
+    update(timers)
+    .where(
+        timers.c.order_id == bindparam("order_id"),
+        or_(*(func.coalesce(timers.c.state, "") == state for state in WAITING)),
+        or_(*(timers.c.kind == kind.value for kind in ORDER_LIFE_KINDS)),
+    )
+    .values(
+        state=TimerState.CANCELLED.value,
+        outcome=bindparam("reason", type_=timers.c.outcome.type),
+        done_at=bindparam("now", type_=timers.c.done_at.type),
+        lease_until=None,
+    )
+)
+
+
 async def cancel_for_orders(
     conn: AsyncConnection,
     order_ids: Sequence[int],
@@ -196,6 +226,8 @@ async def cancel_for_orders(
     check outlives every move."""
     if not order_ids:
         return 0
+    if len(order_ids) == 1 and kinds is None:
+        return await _CANCEL_ONE.rowcount(conn, order_id=order_ids[0], now=now, reason=reason)
     kinds = ORDER_LIFE_KINDS if kinds is None else kinds
     guard = [
         tally.among(conn, timers.c.order_id, order_ids),
