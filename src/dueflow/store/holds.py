@@ -190,20 +190,26 @@ class FlashHold(SkuHold):
     async def hold(
         self, conn: AsyncConnection, holder: Holder, lines: Sequence[Line], now: datetime
     ) -> None:
-        await super().hold(conn, holder, lines, now)
-        for line in sorted(lines, key=lambda line: line.item_id):
-            sale = await shop.get(conn, flash_sales, line.item_id)
-            assert sale is not None  # just taken
+        ordered = sorted(lines, key=lambda line: line.item_id)
+        limits = []
+        for line in ordered:
+            # The take answers the sale's limit: the sale is not read again.
+            limit = await shop.take_flash(conn, line.item_id, line.quantity, now)
+            if limit is None:
+                row = await shop.get(conn, self.table, line.item_id)
+                raise OutOfStock(self._short(line, row.stock if row is not None else 0))
+            limits.append(limit)
+        for line, limit in zip(ordered, limits, strict=True):
             counted = await shop.count_buyer(
                 conn,
                 flash_sale_id=line.item_id,
                 buyer_id=holder.buyer_id,
                 quantity=line.quantity,
-                limit=sale.per_buyer_limit,
+                limit=limit,
             )
             if counted is not None:
                 raise PurchaseLimitExceeded(
-                    f"flash sale {line.item_id} allows {sale.per_buyer_limit} a buyer; you hold"
+                    f"flash sale {line.item_id} allows {limit} a buyer; you hold"
                     f" or bought {counted} and asked for {line.quantity} more"
                 )
 

@@ -15,10 +15,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Row, Table, case, func, select, update
+from sqlalchemy import Row, Table, bindparam, case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from dueflow.store import _rows, tally
+from dueflow.store import _rows, hot, tally
 from dueflow.store.schema import (
     coupon_templates,
     coupons,
@@ -83,18 +83,49 @@ async def restock(conn: AsyncConnection, sku_id: int, quantity: int, now: dateti
     return result.rowcount == 1
 
 
+def _take(table: Table) -> Any:
+    """The guarded update that takes units of ``table`` (built once per table)."""
+    c = table.c
+    quantity = bindparam("quantity", type_=c.stock.type)
+    return (
+        update(table)
+        .where(c.id == bindparam("item_id", type_=c.id.type), c.stock >= quantity)
+        .values(
+            stock=c.stock - quantity,
+            held=c.held + quantity,
+            updated_at=bindparam("now", type_=c.updated_at.type),
+        )
+    )
+
+
+#: Every order of a rush runs these on the one contended row: compiled once, run hot.
+_TAKE = {table.name: hot.Hot(_take(table)) for table in (skus, flash_sales)}
+#: A flash sale's take answers its per-buyer limit (where the dialect has UPDATE ... RETURNING),
+#: so the buyer is counted without reading the sale again.
+_TAKE_FLASH = hot.Hot(_take(flash_sales).returning(flash_sales.c.per_buyer_limit))
+
+
 async def take(
     conn: AsyncConnection, table: Table, item_id: int, quantity: int, now: datetime
 ) -> bool:
     """Hold ``quantity`` units of a SKU or flash sale, if that many are on sale (one guarded
     update; the row stays locked until the transaction ends)."""
-    c = table.c
-    result = await conn.execute(
-        update(table)
-        .where(c.id == item_id, c.stock >= quantity)
-        .values(stock=c.stock - quantity, held=c.held + quantity, updated_at=now)
-    )
-    return result.rowcount == 1
+    taken = await _TAKE[table.name].rowcount(conn, item_id=item_id, quantity=quantity, now=now)
+    return taken == 1
+
+
+async def take_flash(
+    conn: AsyncConnection, sale_id: int, quantity: int, now: datetime
+) -> int | None:
+    """:func:`take` of a flash sale's units; the sale's per-buyer limit when taken, else None."""
+    if not conn.dialect.update_returning:
+        if not await take(conn, flash_sales, sale_id, quantity, now):
+            return None
+        sale = await get(conn, flash_sales, sale_id)
+        assert sale is not None  # just taken
+        return int(sale.per_buyer_limit)
+    limit = await _TAKE_FLASH.scalar(conn, item_id=sale_id, quantity=quantity, now=now)
+    return None if limit is None else int(limit)
 
 
 async def units_of(conn: AsyncConnection, order_ids: Sequence[int], kind: str) -> list[Row[Any]]:

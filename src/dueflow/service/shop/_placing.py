@@ -268,8 +268,12 @@ async def _insert(
     now: datetime,
     detail: str,
 ) -> tuple[dict[str, Any], list[timers.Armed]]:
-    """The order, its lines and its holds (each kind in the flow's order), its timers, its
-    first event and its key."""
+    """The order, its lines, its timers, its first event and its key, then its holds (each
+    kind in the flow's order).
+
+    The holds come last: their guarded updates lock the rows every order of a rush updates
+    (the SKU, the flash sale) until the commit, so nothing that needs no such lock is written
+    while they are held. A hold refused rolls everything back, the timers and event with it."""
     order = await order_service.insert_placed(
         conn,
         deps,
@@ -281,9 +285,12 @@ async def _insert(
         lines=lines,
         now=now,
     )
+    placed = await order_service.finish_placing(
+        conn, deps, order, lines, key, now=now, detail=detail
+    )
     holder = holds.Holder(order["id"], buyer_id)
     for kind in holds.FLOW_KINDS["shop"]:
         of_kind = [line for line in lines if line.kind == kind]
         if of_kind:
             await deps.holds.of(kind).hold(conn, holder, of_kind, now)
-    return await order_service.finish_placing(conn, deps, order, lines, key, now=now, detail=detail)
+    return placed
