@@ -30,7 +30,8 @@ from tests.unit.api.shop_world import new_coupon, new_flash_sale, new_sku, shop_
 #: backend. Placing: the caller's token (1), what is bought (goods 1, a show 1 and its seats with their holds 1,
 #: SKUs 1, a coupon 1, a flash sale with its SKU's title 1, read before the write transaction
 #: so that a sale out of units is refused by that read alone), the buyer's per-show or
-#: per-sale count (2; a flash sale's hold also reads its limit), the order, its lines, each
+#: per-sale count (2; a flash sale's take answers its limit, where the dialect has UPDATE ...
+#: RETURNING: MariaDB reads it, one more), the order, its lines, each
 #: hold, its timers (one INSERT) and its event. The view is the order and its eight kinds of
 #: rows (nine with a show's tickets).
 EXPECTED = {
@@ -39,7 +40,7 @@ EXPECTED = {
     "place seats": (10, 2, 1),
     "place SKU lines": (8, 2, 1),
     "place SKU lines with a coupon": (10, 2, 1),
-    "place flash sale": (11, 3, 1),
+    "place flash sale": (10, 3, 1),
     "order view": (9, 2, 0),
     "order view of a show's order": (10, 2, 0),
 }
@@ -161,7 +162,10 @@ async def paths(api: Api) -> Paths:
     return Paths(api, show_id, skus, sale_id, [f"A-{i}" for i in range(1, 9)])
 
 
-async def test_each_hot_path_sends_its_pinned_statements(api, paths):
+async def test_each_hot_path_sends_its_pinned_statements(api, paths, backend_world):
+    expected = dict(EXPECTED)
+    if not backend_world.deps.db.engine.dialect.update_returning:
+        expected["place flash sale"] = (11, 3, 1)
     counting = Counting(api)
     try:
         found = {}
@@ -175,10 +179,10 @@ async def test_each_hot_path_sends_its_pinned_statements(api, paths):
             _, sent = await counting(api.call("GET", f"/api/orders/{order_id}", "buyer"))
             view = "order view of a show's order" if "seats" in name else "order view"
             found[view] = sent.counts()
-            assert found[view] == EXPECTED[view], (name, sent.statements)
+            assert found[view] == expected[view], (name, sent.statements)
     finally:
         counting.close()
-    assert found == EXPECTED
+    assert found == expected
 
 
 async def test_hot_statements_compile_once(api, paths):
