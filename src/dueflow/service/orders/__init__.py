@@ -18,6 +18,7 @@ from dueflow.service.orders._placing import (
     insert_placed,
     known_buyer,
     new_view,
+    place_by_token,
     place_order,
     place_order_view,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "known_buyer",
     "new_view",
     "order_view",
+    "place_by_token",
     "place_order",
     "place_order_view",
     "review",

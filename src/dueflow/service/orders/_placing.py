@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -17,9 +17,11 @@ from dueflow.exceptions import (
     GoodsUnavailable,
     NotAllowed,
     NotFound,
+    Unauthenticated,
 )
 from dueflow.locks import base as locks
-from dueflow.service import actors
+from dueflow.service import accounts, actors
+from dueflow.service.accounts import User
 from dueflow.service.deps import Deps
 from dueflow.store import (
     goods,
@@ -85,37 +87,79 @@ async def place_order_view(
     return placed
 
 
+async def place_by_token(
+    deps: Deps, *, token: str, goods_id: int, known: Callable[[User], None]
+) -> dict[str, Any]:
+    """:func:`place_order_view` for the holder of a personal ``token``, on one connection: the
+    token's read is the placing transaction's first statement (one checkout, one transaction a
+    request instead of a read and a write). ``known`` is told the buyer as soon as the token is
+    read (before anything can refuse the order). Returns the new order's view.
+
+    The goods' lock is taken before the token is read (a caller with a bad token holds it for
+    that one read, then is refused; the database's guarded hold decides either way).
+
+    Raises:
+        Unauthenticated: no user holds ``token`` (nothing is written).
+        As :func:`place_order`.
+    """
+    token_hash = accounts.hash_token(token)
+    async with locks.held(deps.locks, f"goods:{goods_id}", deps.lock_ttl):
+        now = deps.clock.now()
+        async with deps.db.write() as conn:
+            row = await users.by_token_hash(conn, token_hash)
+            if row is None:
+                raise Unauthenticated("the bearer token is not valid")
+            known(User(row.id, row.name, row.is_admin))
+            placed, armed = await _place_in(conn, deps, row.id, goods_id, None, now)
+    await deps.arm(armed)
+    return placed
+
+
 async def _place(
     deps: Deps, buyer_id: int, goods_id: int, key: idempotency.Key | None, buyer_known: bool
 ) -> tuple[dict[str, Any], list[timers.Armed]]:
     now = deps.clock.now()
     async with deps.db.write() as conn:
-        item = await goods.get(conn, goods_id)
-        if item is None:
-            raise NotFound(f"no goods {goods_id}")
-        if not buyer_known:
-            await known_buyer(conn, buyer_id)
-        if item.seller_id == buyer_id:
-            raise NotAllowed("you cannot buy your own goods")
-        if item.status != ON_SALE or item.reserved_order_id is not None:
-            raise GoodsUnavailable(f"goods {goods_id} are {_goods_state(item)}")
-        line = holds.Line(kind="goods", item_id=goods_id, label=item.title, price=item.price)
-        order = await insert_placed(
-            conn,
-            deps,
-            flow="marketplace",
-            order_type=DEFAULT_ORDER_TYPE,
-            buyer_id=buyer_id,
-            seller_id=item.seller_id,
-            amount=item.price,
-            lines=[line],
-            now=now,
-            goods_id=goods_id,
-        )
-        await deps.holds.of(line.kind).hold(conn, holds.Holder(order["id"], buyer_id), [line], now)
-        return await finish_placing(
-            conn, deps, order, [line], key, now=now, detail=f"goods {goods_id} for {item.price}"
-        )
+        return await _place_in(conn, deps, buyer_id, goods_id, key, now, buyer_known=buyer_known)
+
+
+async def _place_in(
+    conn: AsyncConnection,
+    deps: Deps,
+    buyer_id: int,
+    goods_id: int,
+    key: idempotency.Key | None,
+    now: datetime,
+    *,
+    buyer_known: bool = True,
+) -> tuple[dict[str, Any], list[timers.Armed]]:
+    """The placing transaction's work (``buyer_known``: the buyer was read already)."""
+    item = await goods.get(conn, goods_id)
+    if item is None:
+        raise NotFound(f"no goods {goods_id}")
+    if not buyer_known:
+        await known_buyer(conn, buyer_id)
+    if item.seller_id == buyer_id:
+        raise NotAllowed("you cannot buy your own goods")
+    if item.status != ON_SALE or item.reserved_order_id is not None:
+        raise GoodsUnavailable(f"goods {goods_id} are {_goods_state(item)}")
+    line = holds.Line(kind="goods", item_id=goods_id, label=item.title, price=item.price)
+    order = await insert_placed(
+        conn,
+        deps,
+        flow="marketplace",
+        order_type=DEFAULT_ORDER_TYPE,
+        buyer_id=buyer_id,
+        seller_id=item.seller_id,
+        amount=item.price,
+        lines=[line],
+        now=now,
+        goods_id=goods_id,
+    )
+    await deps.holds.of(line.kind).hold(conn, holds.Holder(order["id"], buyer_id), [line], now)
+    return await finish_placing(
+        conn, deps, order, [line], key, now=now, detail=f"goods {goods_id} for {item.price}"
+    )
 
 
 async def known_buyer(conn: AsyncConnection, buyer_id: int) -> None:
