@@ -115,10 +115,9 @@ def _place_route(app: FastAPI) -> APIRoute:
         included = getattr(route, "original_router", None)
         if included is not None:
             todo += included.routes
-        elif (
-            isinstance(route, APIRoute) and route.path == hot_place.PATH and "POST" in route.methods
-        ):
-            return route
+        elif isinstance(route, APIRoute) and route.path == hot_place.PATH:
+            if "POST" in (route.methods or ()):
+                return route
     raise RuntimeError(f"no route POST {hot_place.PATH}")
 
 
