@@ -7,7 +7,7 @@ import re
 import secrets
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 from fastapi import FastAPI
@@ -115,10 +115,17 @@ def _place_route(app: FastAPI) -> APIRoute:
         included = getattr(route, "original_router", None)
         if included is not None:
             todo += included.routes
-        elif isinstance(route, APIRoute) and route.path == hot_place.PATH:
-            if "POST" in (route.methods or ()):
-                return route
+        elif _is_place(route):
+            return cast(APIRoute, route)
     raise RuntimeError(f"no route POST {hot_place.PATH}")
+
+
+def _is_place(route: Any) -> bool:
+    return (
+        isinstance(route, APIRoute)
+        and route.path == hot_place.PATH
+        and "POST" in (route.methods or ())
+    )
 
 
 def _telemetry() -> TelemetryConfig:
