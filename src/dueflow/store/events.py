@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, NamedTuple
 
 import orjson
@@ -34,6 +35,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from dueflow import tracing
 from dueflow.store import snapshots
 from dueflow.store.schema import event_deliveries, event_sequence, order_events, orders
 from dueflow.store.types import UTCDateTime, fit
@@ -58,7 +60,17 @@ class Entry(NamedTuple):
 
 
 #: The columns :func:`record` writes, in the order its SELECTs give them.
-_COLUMNS = ["order_id", "at", "event", "actor", "from_status", "to_status", "detail", "data"]
+_COLUMNS = [
+    "order_id",
+    "at",
+    "event",
+    "actor",
+    "from_status",
+    "to_status",
+    "detail",
+    "data",
+    "snapshot",
+]
 _NOW = bindparam("now", type_=UTCDateTime)
 _ACTOR = bindparam("actor", type_=String)
 #: PostgreSQL: the entries as one array per column, unnested in their order.
@@ -70,9 +82,17 @@ _ARRAYS = (
         bindparam("to_statuses", type_=ARRAY(String)),
         bindparam("details", type_=ARRAY(String)),
         bindparam("datas", type_=ARRAY(String)),
+        bindparam("snapshots", type_=ARRAY(String)),
     )
     .table_valued(
-        "order_id", "event", "from_status", "to_status", "detail", "data", with_ordinality="n"
+        "order_id",
+        "event",
+        "from_status",
+        "to_status",
+        "detail",
+        "data",
+        "snapshot",
+        with_ordinality="n",
     )
     .render_derived(name="entry")
 )
@@ -87,6 +107,7 @@ _FROM_ARRAYS = insert(order_events).from_select(
         _ARRAYS.c.to_status,
         _ARRAYS.c.detail,
         _ARRAYS.c.data,
+        _ARRAYS.c.snapshot,
     ).order_by(_ARRAYS.c.n),
 )
 #: SQLite: the entries as one JSON array of arrays, read by json_each in their order.
@@ -99,7 +120,7 @@ def _field(n: int) -> Any:
 
 _FROM_JSON = insert(order_events).from_select(
     _COLUMNS,
-    select(_field(0), _NOW, _field(1), _ACTOR, _field(2), _field(3), _field(4), _field(5)).order_by(
+    select(_field(0), _NOW, _field(1), _ACTOR, *(_field(n) for n in range(2, 7))).order_by(
         _JSON.c.key
     ),
 )
@@ -115,8 +136,9 @@ async def record(
 
     No parameters per row: on PostgreSQL one array per column (``unnest``), on SQLite one JSON
     array (``json_each``); a cancel of 2,000 orders writes 4,000 entries this way. MySQL gets
-    the rows as one executemany. Their orders' snapshots are filled last in the transaction
-    (:mod:`dueflow.store.snapshots`)."""
+    the rows as one executemany. In a write transaction of the Database the INSERT is made last
+    in it, with the orders' snapshots (:func:`dueflow.store.snapshots.defer`; while tracing is
+    on, and elsewhere, at once, the snapshots filled last)."""
     if not entries:
         return
     order_ids, names, froms, tos, texts, datas = (list(c) for c in zip(*entries, strict=True))
@@ -124,26 +146,44 @@ async def record(
     cut = {name: fit(e.event, name) or "" for name in set(names)}
     names = [cut[name] for name in names]
     details = [fit(e.detail, text) for text in texts]
-    actor = fit(e.actor, actor) or ""
+    columns = (order_ids, names, froms, tos, details, data)
+    write = partial(_insert, conn, columns, actor=fit(e.actor, actor) or "", now=now)
+    if tracing.current_traceparent() is None and snapshots.defer(conn, order_ids, write):
+        return
+    await write(None)
+    await snapshots.fill_now(conn, order_ids)
+
+
+async def _insert(
+    conn: AsyncConnection,
+    columns: tuple[list[Any], ...],
+    snapshot_of: Mapping[int, str] | None,
+    *,
+    actor: str,
+    now: datetime,
+) -> None:
+    """The INSERT of :func:`record`: the entries as columns (order ids, events, from and to
+    statuses, details, data), each with its order's snapshot if given."""
+    order_ids = columns[0]
+    shots = (
+        [None] * len(order_ids) if snapshot_of is None else [snapshot_of.get(o) for o in order_ids]
+    )
     dialect = conn.dialect.name
     if dialect == "postgresql":
-        columns = {"events": names, "from_statuses": froms, "to_statuses": tos}
-        params = {"order_ids": order_ids, **columns, "details": details, "datas": data}
-        await conn.execute(_FROM_ARRAYS, {"now": now, "actor": actor, **params})
+        names = ("order_ids", "events", "from_statuses", "to_statuses", "details", "datas")
+        params = dict(zip(names, columns, strict=True))
+        await conn.execute(_FROM_ARRAYS, {"now": now, "actor": actor, **params, "snapshots": shots})
     elif dialect == "sqlite":
-        rows = orjson.dumps(list(zip(order_ids, names, froms, tos, details, data, strict=True)))
+        rows = orjson.dumps(list(zip(*columns, shots, strict=True)))
         await conn.execute(_FROM_JSON, {"now": now, "actor": actor, "entries": rows.decode()})
     else:
         await conn.execute(
             insert(order_events),
             [
-                dict(zip(_COLUMNS, (oid, now, name, actor, f, t, d, j), strict=True))
-                for oid, name, f, t, d, j in zip(
-                    order_ids, names, froms, tos, details, data, strict=True
-                )
+                dict(zip(_COLUMNS, (oid, now, name, actor, f, t, d, j, s), strict=True))
+                for oid, name, f, t, d, j, s in zip(*columns, shots, strict=True)
             ],
         )
-    await snapshots.fill_now(conn, order_ids)
 
 
 async def record_each(

@@ -245,6 +245,7 @@ async def record_events(
     the write it is part of). The orders' snapshots are filled last in the transaction."""
     if not rows:
         return
+    await snapshots.write_deferred(conn)  # events recorded before come first
     ids = [r if isinstance(r, int) else r.id for r in rows]
     if len(ids) == 1:
         await add_event(conn, ids[0], **fields)
@@ -286,6 +287,7 @@ async def add_event(
     its ``data`` and the order's ``snapshot`` (given: placing knows its order whole; else
     filled last in the transaction); returns it as :func:`timeline` reads it (not yet
     numbered: ``seq`` is None)."""
+    await snapshots.write_deferred(conn)  # events recorded before come first
     from_status, to_status = fields.get("from_status"), fields.get("to_status")
     data = fields.get("data")
     values = {
@@ -323,7 +325,9 @@ _TIMELINE = (
 
 
 async def timeline(conn: AsyncConnection, order_id: int) -> list[Row[Any]]:
-    """The order's events, oldest first."""
+    """The order's events, oldest first (those recorded for the end of this transaction
+    written first)."""
+    await snapshots.write_deferred(conn)
     return list((await conn.execute(_TIMELINE, {"order_id": order_id})).all())
 
 

@@ -8,11 +8,18 @@ any size) and fills the snapshot of the transaction's events in one UPDATE. So a
 order in one transaction carry the same snapshot, the order as the commit leaves it (no reader
 can see it in between), and a cancel of thousands of orders adds five statements, not five per
 order.
+
+A batch writer (:func:`dueflow.store.events.record`) does better: it :func:`defer` s its INSERT
+to that same moment, and writes its events with their snapshots, so no UPDATE rewrites them (an
+UPDATE of a row just written is a second copy of it: on PostgreSQL the herd's costliest
+statement, on SQLite its costliest too). A writer that adds an event itself first calls
+:func:`write_deferred`, which writes what was deferred at once the old way (marked, filled
+last): the events' ids keep the order of the calls either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -35,6 +42,10 @@ from dueflow.store.schema import (
 
 e = order_events.c
 _MARKED = "dueflow_snapshot_orders"
+_DEFERRED = "dueflow_snapshot_deferred"
+#: A deferred write: given the snapshots (JSON text by order id), or None (write without them,
+#: the orders are marked then).
+DeferredWrite = Callable[[Mapping[int, str] | None], Awaitable[None]]
 
 
 def encode(value: Any) -> str:
@@ -180,11 +191,40 @@ async def fill_now(conn: AsyncConnection, order_ids: Sequence[int]) -> None:
         await _fill(conn, order_ids)
 
 
+def defer(conn: AsyncConnection, order_ids: Sequence[int], write: DeferredWrite) -> bool:
+    """Have ``write`` run last in this transaction with the snapshots of ``order_ids`` (the
+    events it writes carry them from the start); False when ``conn`` is no write transaction
+    of :class:`~dueflow.store.db.Database` (the caller writes at once)."""
+    if not db.before_commit(conn, _MARKED, lambda: flush(conn)):
+        return False
+    conn.info.setdefault(_DEFERRED, []).append((order_ids, write))
+    return True
+
+
+async def write_deferred(conn: AsyncConnection) -> None:
+    """Run the writes deferred in this transaction now, without their snapshots (their
+    orders marked, filled last): called before an event is written any other way, so ids keep
+    the order in which events were recorded. Nothing to do on most connections."""
+    for order_ids, write in conn.info.pop(_DEFERRED, ()):
+        await write(None)
+        mark(conn, order_ids)
+
+
 async def flush(conn: AsyncConnection) -> None:
-    """Fill the snapshot of every event this transaction wrote without one."""
-    marked = conn.info.pop(_MARKED, None)
+    """Write the deferred events with their snapshots, and fill the snapshot of every event
+    this transaction wrote without one: one read of the orders for both."""
+    deferred: list[tuple[Sequence[int], DeferredWrite]] = conn.info.pop(_DEFERRED, [])
+    marked: set[int] = conn.info.pop(_MARKED, set())
+    wanted = set(marked)
+    for order_ids, _ in deferred:
+        wanted.update(order_ids)
+    if not wanted:
+        return
+    texts = {oid: encode(snap) for oid, snap in (await build(conn, sorted(wanted))).items()}
+    for _, write in deferred:
+        await write(texts)
     if marked:
-        await _fill(conn, sorted(marked))
+        await _write_fill(conn, {oid: texts[oid] for oid in sorted(marked) if oid in texts})
 
 
 #: PostgreSQL: one array of order ids and one of their snapshots.
@@ -234,9 +274,13 @@ async def _fill(conn: AsyncConnection, order_ids: Sequence[int]) -> None:
     """Build these orders' snapshots and write them on their new events: one UPDATE (by each
     order's place in one array parameter on PostgreSQL and SQLite, a CASE on MySQL)."""
     built = await build(conn, order_ids)
-    if not built:
+    await _write_fill(conn, {oid: encode(snap) for oid, snap in built.items()})
+
+
+async def _write_fill(conn: AsyncConnection, texts: Mapping[int, str]) -> None:
+    """The UPDATE of :func:`_fill`, given the snapshots' texts by order id."""
+    if not texts:
         return
-    texts = {oid: encode(snap) for oid, snap in built.items()}
     # The events' traceparent goes in the same UPDATE (while tracing is off, nothing: the
     # statements are the ones built once).
     traceparent = tracing.current_traceparent()
