@@ -236,9 +236,10 @@ class Metrics:
 
     def claimed(self, kind: str, deadlines: Sequence[tuple[datetime, int]], now: datetime) -> None:
         """A worker took timers of ``kind``: (deadline, attempts) each."""
+        lateness = self.lateness.labels(kind)  # once a batch: labels() costs 20 us a call
         for deadline, attempts in deadlines:
             if attempts == 1:
-                self.lateness.labels(kind).observe(max(0.0, (now - deadline).total_seconds()))
+                lateness.observe(max(0.0, (now - deadline).total_seconds()))
 
     def render(self) -> bytes:
         """The text exposition format."""

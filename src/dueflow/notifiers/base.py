@@ -36,6 +36,11 @@ class Notifier(ABC):
     #: How many sends of one reminder may reach the receiver when no answer confirms any of
     #: them (each may have delivered it; receivers drop repeats by ``reminder_id``).
     max_deliveries: int = 3
+    #: How many sends one handler may have under way at once; None: the provider concurrency
+    #: (a send waits on a receiver). A notifier whose send waits on nothing sets it high, and a
+    #: batch of notices then goes in one wave: one check before the sends and one record after
+    #: them for the whole batch, where a wave of 32 made two write transactions per 32 notices.
+    sends_at_once: int | None = None
 
     @abstractmethod
     async def send(self, reminder: Reminder) -> None:

@@ -99,7 +99,8 @@ async def _remind(deps: Deps, batch: Sequence[Claimed], message: Message) -> Non
     async with deps.db.write() as conn:
         current = {r.id: r for r in await orders.many(conn, [t.order_id for t in batch])}
         live = [oid for oid, r in current.items() if message.waits(r, now)]
-        moved_on = [t.order_id for t in batch if t.order_id not in live]
+        waiting = set(live)
+        moved_on = [t.order_id for t in batch if t.order_id not in waiting]
         await aftersale.give_up_reminders(conn, moved_on, kind=kind, now=now)
         mine = {
             r.order_id: r
@@ -114,7 +115,7 @@ async def _remind(deps: Deps, batch: Sequence[Claimed], message: Message) -> Non
             if timer.order_id in mine:
                 continue
             state = states.get(timer.order_id)
-            if timer.order_id not in live:
+            if timer.order_id not in waiting:
                 finished[timer.id] = _why_not(current.get(timer.order_id), message)
             elif state == aftersale.REMINDER_SENT:
                 finished[timer.id] = "already sent"
@@ -154,8 +155,8 @@ async def _send_all(
     token: str,
     message: Message,
 ) -> None:
-    """Send the claimed reminders, up to ``provider_concurrency`` at once, each started as a
-    slot frees. Whenever slots are free, one write transaction records what the finished sends
+    """Send the claimed reminders, up to ``provider_concurrency`` at once (or the notifier's
+    ``sends_at_once``), each started as a slot frees. Whenever slots are free, one write transaction records what the finished sends
     came to and renews the next reminders, as many as there are free slots (the check before
     their sends, :func:`dueflow.store.aftersale.renew_reminders`); their sends start as it
     commits. A fast notifier so costs a transaction per ``provider_concurrency`` sends; a slow
@@ -163,9 +164,10 @@ async def _send_all(
     waiting = deque(batch)
     running: set[asyncio.Task[_Sent]] = set()
     finished: list[_Sent] = []
+    at_once = deps.notifier.sends_at_once or deps.provider_concurrency
     try:
         while waiting or running or finished:
-            free = deps.provider_concurrency - len(running)
+            free = at_once - len(running)
             group = [waiting.popleft() for _ in range(min(free, len(waiting)))]
             if group or finished:
                 wave = timers.new_token()

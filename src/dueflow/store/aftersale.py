@@ -32,7 +32,7 @@ async def claim_reminders(
     (creating the missing ones): pending ones, and ones whose sender's lease ran out."""
     if not order_ids:
         return []
-    of_orders = and_(reminders.c.order_id.in_(order_ids), reminders.c.kind == kind)
+    of_orders = and_(tally.among(conn, reminders.c.order_id, order_ids), reminders.c.kind == kind)
     existing = {
         r for r in (await conn.execute(select(reminders.c.order_id).where(of_orders))).scalars()
     }
@@ -65,7 +65,7 @@ async def reminder_states(
     if not order_ids:
         return {}
     query = select(reminders.c.order_id, reminders.c.state).where(
-        reminders.c.order_id.in_(order_ids), reminders.c.kind == kind
+        tally.among(conn, reminders.c.order_id, order_ids), reminders.c.kind == kind
     )
     return {order_id: state for order_id, state in (await conn.execute(query)).all()}
 
@@ -102,7 +102,7 @@ async def renew_reminders(
     statement = (
         update(reminders)
         .where(
-            reminders.c.id.in_(reminder_ids),
+            tally.among(conn, reminders.c.id, reminder_ids),
             reminders.c.claim_token == token,
             reminders.c.state == REMINDER_SENDING,
             reminders.c.deliveries < max_deliveries,
@@ -114,7 +114,7 @@ async def renew_reminders(
         return set((await conn.execute(statement.returning(reminders.c.id))).scalars())
     await conn.execute(statement)
     held = select(reminders.c.id).where(
-        reminders.c.id.in_(reminder_ids), reminders.c.claim_token == wave
+        tally.among(conn, reminders.c.id, reminder_ids), reminders.c.claim_token == wave
     )
     return set((await conn.execute(held)).scalars())
 
@@ -163,7 +163,7 @@ async def _settle(
     result = await conn.execute(
         update(reminders)
         .where(
-            reminders.c.id.in_(reminder_ids),
+            tally.among(conn, reminders.c.id, reminder_ids),
             reminders.c.claim_token == token,
             reminders.c.state == REMINDER_SENDING,
         )
@@ -186,7 +186,7 @@ async def give_up_reminders(
     result = await conn.execute(
         update(reminders)
         .where(
-            reminders.c.order_id.in_(order_ids),
+            tally.among(conn, reminders.c.order_id, order_ids),
             reminders.c.kind == kind,
             reminders.c.deliveries > 0,
             waiting,
