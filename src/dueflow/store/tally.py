@@ -20,7 +20,21 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Table, and_, any_, bindparam, case, or_, select, update
+import orjson
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    String,
+    Table,
+    and_,
+    any_,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -79,9 +93,15 @@ def among(conn: AsyncConnection, column: Column[Any], ids: Sequence[int]) -> Any
     """``column IN (ids)`` for a batch's ids. On PostgreSQL ``column = ANY(:ids)``, one array
     parameter: an IN list of 2,000 ids is 2,000 parameters rendered into the statement on every
     execution (a quarter of a herd's worker time went there), and each length is a statement of
-    its own for the driver's cache. Elsewhere a plain IN list."""
-    if conn.dialect.name == "postgresql":
+    its own for the driver's cache. On SQLite likewise one parameter, a JSON array read by
+    ``json_each`` (rendering the IN lists was a tenth of the SQLite herd's worker time).
+    Elsewhere a plain IN list."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
         return column == any_(bindparam(None, list(ids), type_=ARRAY(BigInteger)))
+    if dialect == "sqlite":
+        listed = bindparam(None, orjson.dumps(list(ids)).decode(), type_=String)
+        return column.in_(select(func.json_each(listed).table_valued("value").c.value))
     return column.in_(ids)
 
 

@@ -45,14 +45,25 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC).replace(tzinfo=None)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if isinstance(value, str):
-            value = datetime.fromisoformat(value)
-        aware: datetime = (
-            value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        )
-        return aware
+        return _aware(value)
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        """:meth:`process_result_value` alone, in place of the wrapped type's processor and
+        this one's: every driver here but SQLite's returns datetimes, and SQLite's ISO text is
+        read by ``datetime.fromisoformat`` (C) rather than DateTime's regular expression. A
+        herd's snapshots read twenty of these columns an order: the two calls and the regular
+        expression were a tenth of the SQLite worker's time."""
+        return _aware
+
+
+def _aware(value: Any) -> datetime | None:
+    """A stored UTC time (naive datetime, or SQLite's ISO text) as an aware datetime."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    aware: datetime = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return aware
 
 
 class Money(TypeDecorator[Decimal]):
