@@ -7,7 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.store import _rows, hot, tally
@@ -45,7 +45,11 @@ _HOLD = hot.Hot(
 )
 #: Releasing and selling move only goods still on sale (taking off sale moves them whatever
 #: their status).
-_STILL_ON_SALE = goods.c.status == ON_SALE
+#: The status test of a statement that finds its goods by their holders, written so that no
+#: index serves it (COALESCE of a column that is never NULL): with a plain ``status = 'on_sale'``
+#: SQLite's planner walks ``ix_goods_status_id`` over every goods on sale (all 100,000 of a
+#: herd's, held ones are on sale) for each batch, instead of looking up the batch's holders.
+_STILL_ON_SALE = func.coalesce(goods.c.status, "") == ON_SALE
 
 
 async def get(conn: AsyncConnection, goods_id: int) -> hot.HotRow | None:
