@@ -210,6 +210,19 @@ async def cancelled(db: Database) -> int:
         return int((await conn.execute(query)).scalar_one())
 
 
+async def notices_sent(db: Database) -> tuple[int, datetime | None]:
+    """How many order_closed notices are done (sent), and when the last of them was."""
+    async with db.report() as conn:
+        count, last = (
+            await conn.execute(
+                select(func.count(), func.max(timers.c.done_at)).where(
+                    timers.c.state == "done", timers.c.kind == "order_closed"
+                )
+            )
+        ).one()
+    return int(count), last
+
+
 async def outcome(db: Database) -> dict[str, Any]:
     """Lateness per done cancel timer, goods released, cancel events."""
     async with db.report() as conn:

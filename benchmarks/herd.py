@@ -5,7 +5,8 @@ of messages due ahead of the cancels, as when the worker is behind).
 
 Measures, from the due second until every order is cancelled with its goods released:
 throughput, lateness p50/p99/max (deadline to the start of the batch that cancelled it), and the
-workers' peak RSS. Any store and trigger:
+workers' peak RSS. With ``--notices`` it waits for every cancel's ``order_closed`` notice too and
+gives their drain (the due second to the last notice sent) and rate. Any store and trigger:
 
     .venv/bin/python benchmarks/herd.py                       # SQLite + db, 100,000 orders
     .venv/bin/python benchmarks/herd.py --database-url postgresql://postgres@127.0.0.1/test \\
@@ -67,12 +68,18 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             await _arm_trigger(args.trigger_url, db)
         peak = 0
         finished = None
+        notices_last = None
         limit = time.monotonic() + args.timeout
         while time.monotonic() < limit:
             peak = max(peak, sum(_seed.rss_kib(w.pid)[1] for w in workers))
-            if await _backends.cancelled(db) == args.orders:
+            if finished is None and await _backends.cancelled(db) == args.orders:
                 finished = datetime.now(UTC)
-                break
+                if not args.notices:
+                    break
+            if finished is not None:
+                sent, notices_last = await _backends.notices_sent(db)
+                if sent == args.orders:
+                    break
             await asyncio.sleep(0.1)
     finally:
         for w in workers:
@@ -84,6 +91,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     await db.dispose()
     late = result["late"]
     drain = (result["last"] - due).total_seconds() if result["last"] else float("nan")
+    notices = (notices_last - due).total_seconds() if notices_last else None
     return {
         "database": db.dialect,
         "trigger": args.trigger_url.split("://")[0],
@@ -101,6 +109,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         "lateness_p99_s": round(percentile(late, 99), 3) if late else None,
         "lateness_max_s": round(late[-1], 3) if late else None,
         "workers_peak_rss_mib": round(peak / 1024, 1),
+        "notices_drain_seconds": round(notices, 3) if notices else None,
+        "notices_per_s": round(args.orders / notices) if notices else None,
         "reminders": reminders,
     }
 
@@ -141,6 +151,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--lead", type=float, default=3.0, help="seconds from arming to due")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--notices",
+        action="store_true",
+        help="also wait for every order_closed notice to be sent (their drain from the due second)",
+    )
     parser.add_argument(
         "--reminders",
         action="store_true",
