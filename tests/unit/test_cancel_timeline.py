@@ -144,3 +144,35 @@ async def test_the_sequencer_numbers_in_id_order_across_gaps(world):
             )
         ).all()
     assert [r.seq for r in rows] == list(range(before + 1, after + 1))
+
+
+class _BatchFailed(Exception):
+    """Something later in a batch's transaction fails (a lock timeout on a held row, say)."""
+
+
+async def test_a_rolled_back_batchs_deferred_events_reach_no_later_transaction(world):
+    """A transaction that defers its events to its end and then rolls back leaves nothing on
+    the pooled connection: every later transaction there writes its own event and no other."""
+    order_id = await an_order(world)
+    with pytest.raises(_BatchFailed):
+        async with world.deps.db.write() as conn:
+            entry = events.Entry(order_id, "cancelled", "pending_payment", "cancelled")
+            await events.record(conn, [entry], actor="system", now=world.clock.now())
+            raise _BatchFailed
+    for _ in range(20):  # more transactions than the pool has connections
+        async with world.deps.db.write() as conn:
+            await order_store.add_event(
+                conn, order_id, event="note", actor="system", now=world.clock.now()
+            )
+    async with world.deps.db.read() as conn:
+        written = (
+            (
+                await conn.execute(
+                    select(order_events.c.event).where(order_events.c.order_id == order_id)
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert "cancelled" not in written
+    assert written.count("note") == 20

@@ -167,6 +167,18 @@ def before_commit(conn: AsyncConnection, key: str, hook: BeforeCommit) -> bool:
     return True
 
 
+_TRANSACTION = "dueflow_transaction"
+
+
+def transaction_state(conn: AsyncConnection) -> dict[str, Any] | None:
+    """What the write transaction of ``conn`` keeps for its own end (work marked or deferred
+    to its last statements), dropped when it commits or rolls back, so nothing of it reaches
+    the next transaction on the pooled connection; None when ``conn`` is no connection of
+    Database.write()."""
+    state: dict[str, Any] | None = conn.info.get(_TRANSACTION)
+    return state
+
+
 class Database:
     """One engine and its transactions."""
 
@@ -271,6 +283,7 @@ class Database:
                 conn.info[_AFTER_COMMIT] = hooks
                 last: dict[str, BeforeCommit] = {}
                 conn.info[_BEFORE_COMMIT] = last
+                conn.info[_TRANSACTION] = {}
                 try:
                     yield conn
                     for hook in last.values():
@@ -285,6 +298,7 @@ class Database:
                     with contextlib.suppress(exc.PendingRollbackError):
                         conn.info.pop(_AFTER_COMMIT, None)
                         conn.info.pop(_BEFORE_COMMIT, None)
+                        conn.info.pop(_TRANSACTION, None)
         except (exc.DBAPIError, exc.TimeoutError, UnicodeEncodeError) as error:
             raise translate(error) from error
 

@@ -178,9 +178,10 @@ def mark(conn: AsyncConnection, order_ids: Sequence[int]) -> bool:
     """Have the snapshots of these orders' new events filled last in this transaction; False
     when ``conn`` is no write transaction of :class:`~dueflow.store.db.Database` (the caller
     then calls :func:`flush` itself)."""
-    if not db.before_commit(conn, _MARKED, lambda: flush(conn)):
+    state = db.transaction_state(conn)
+    if state is None or not db.before_commit(conn, _MARKED, lambda: flush(conn)):
         return False
-    conn.info.setdefault(_MARKED, set()).update(order_ids)
+    state.setdefault(_MARKED, set()).update(order_ids)
     return True
 
 
@@ -195,9 +196,10 @@ def defer(conn: AsyncConnection, order_ids: Sequence[int], write: DeferredWrite)
     """Have ``write`` run last in this transaction with the snapshots of ``order_ids`` (the
     events it writes carry them from the start); False when ``conn`` is no write transaction
     of :class:`~dueflow.store.db.Database` (the caller writes at once)."""
-    if not db.before_commit(conn, _MARKED, lambda: flush(conn)):
+    state = db.transaction_state(conn)
+    if state is None or not db.before_commit(conn, _MARKED, lambda: flush(conn)):
         return False
-    conn.info.setdefault(_DEFERRED, []).append((order_ids, write))
+    state.setdefault(_DEFERRED, []).append((order_ids, write))
     return True
 
 
@@ -205,7 +207,10 @@ async def write_deferred(conn: AsyncConnection) -> None:
     """Run the writes deferred in this transaction now, without their snapshots (their
     orders marked, filled last): called before an event is written any other way, so ids keep
     the order in which events were recorded. Nothing to do on most connections."""
-    for order_ids, write in conn.info.pop(_DEFERRED, ()):
+    state = db.transaction_state(conn)
+    if state is None:
+        return
+    for order_ids, write in state.pop(_DEFERRED, ()):
         await write(None)
         mark(conn, order_ids)
 
@@ -213,8 +218,9 @@ async def write_deferred(conn: AsyncConnection) -> None:
 async def flush(conn: AsyncConnection) -> None:
     """Write the deferred events with their snapshots, and fill the snapshot of every event
     this transaction wrote without one: one read of the orders for both."""
-    deferred: list[tuple[Sequence[int], DeferredWrite]] = conn.info.pop(_DEFERRED, [])
-    marked: set[int] = conn.info.pop(_MARKED, set())
+    state = db.transaction_state(conn) or {}
+    deferred: list[tuple[Sequence[int], DeferredWrite]] = state.pop(_DEFERRED, [])
+    marked: set[int] = state.pop(_MARKED, set())
     wanted = set(marked)
     for order_ids, _ in deferred:
         wanted.update(order_ids)
