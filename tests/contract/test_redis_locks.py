@@ -506,3 +506,36 @@ async def test_held_goes_ahead_past_a_busy_key_only_when_asked(
     finally:
         await other.close()
         await waiting.close()
+
+
+async def test_the_plain_place_reads_the_token_before_it_takes_the_goods_lock(
+    redis_base: str, db_path: Path
+):
+    """``POST /api/orders`` served off FastAPI's stack (api/hot_place.py) with Redis locks: a
+    bad token is 401 while the goods' lock is held elsewhere (as the route answers; it never
+    waits for or takes the lock), a good one waits for the lock and is busy, then placed once
+    the lock is free."""
+    async with locked_market(db_path, redis_base, lock_wait="50ms") as market:
+        _, token = await accounts.add_user(market.deps, "hot-buyer")
+        goods_id = await accounts.add_goods(
+            market.deps, seller_id=market.seller, title="lamp", price="12.00"
+        )
+
+        async def place(bearer: str) -> httpx.Response:
+            return await market.app.post(
+                "/api/orders",
+                content=b'{"goods_id": %d}' % goods_id,
+                headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"},
+            )
+
+        async with locked_elsewhere(redis_base, f"goods:{goods_id}") as release:
+            stranger = await place("not-a-token")
+            assert stranger.status_code == 401, stranger.text
+            assert stranger.json()["error"]["code"] == "unauthorized"
+            busy = await place(token)
+            assert busy.status_code == 409, busy.text
+            assert busy.json()["error"]["code"] == "busy"
+            assert await release()  # nobody else took or freed it meanwhile
+        placed = await place(token)
+        assert placed.status_code == 201, placed.text
+        assert placed.json()["status"] == "pending_payment"
