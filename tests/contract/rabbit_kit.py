@@ -8,7 +8,11 @@ tests that need it; in CI (CI=true) it fails them.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import re
+import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -129,6 +133,37 @@ async def collect(
         if ack and ids:
             await trigger.ack(ids)
     return got
+
+
+async def rabbitmqctl(*arguments: str) -> bool:
+    """Run ``rabbitmqctl`` on this machine's broker; whether it did (False where it is not
+    installed or refuses, e.g. without the Erlang cookie)."""
+    command = shutil.which("rabbitmqctl")
+    if command is None:
+        return False
+    process = await asyncio.create_subprocess_exec(
+        command, *arguments, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    return await process.wait() == 0
+
+
+async def look_up_dead_letter_routes(trigger: RabbitTrigger, level_ms: int) -> None:
+    """Have the broker retry, now, what the quorum level ``level_ms`` holds dead-lettered for
+    want of a route.
+
+    At least once, a quorum queue's dead-letter worker keeps a message it could not route and
+    routes it again every ``dead_letter_worker_publisher_confirm_timeout`` (3 minutes by
+    default), or as soon as the queue's policies change (it looks its routes up again then). A
+    policy that only repeats the level's own routing key (its arguments win anyway) is such a
+    change; it is cleared at once. Where ``rabbitmqctl`` cannot reach the broker, nothing
+    happens and the broker's own retry comes in its time.
+    """
+    level = trigger.level_queue(level_ms)
+    name = f"{trigger.prefix}-retry"
+    routing = json.dumps({"dead-letter-routing-key": trigger.due_queue})
+    pattern = f"^{re.escape(level)}$"
+    if await rabbitmqctl("set_policy", "--apply-to", "queues", name, pattern, routing):
+        await rabbitmqctl("clear_policy", name)
 
 
 def spy_publishes(trigger: RabbitTrigger) -> list[str]:
