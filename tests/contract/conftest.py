@@ -1,20 +1,24 @@
-"""Fixtures shared by the contract tests that talk to Redis: one server, or a real local Redis
-Cluster (3 masters, 3 replicas) started once per session (tests/redis_cluster.py)."""
+"""Fixtures shared by the contract tests: for those that talk to Redis, one server, or a real
+local Redis Cluster (3 masters, 3 replicas) started once per session (tests/redis_cluster.py);
+for the migration tests, an empty database of their own on each backend."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from sqlalchemy.engine import make_url
 
 from dueflow import redis_url
 from tests import redis_cluster
-from tests.conftest import in_ci
+from tests.conftest import SERVICE_URLS, in_ci, require_service
+from tests.contract import migration_kit
 
 REDIS_URL = os.environ.get("DUEFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
@@ -83,3 +87,31 @@ async def delete_matching(client: redis_url.Client, prefix: str) -> None:
     keys = [key async for key in client.scan_iter(match=f"*{prefix}*")]
     for key in keys:
         await client.delete(key)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite"),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
+async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """An empty database of the test's own on each backend, dropped after: on the servers
+    ``<run's database>_<what>_mig``, ``<what>`` from the module's name (``test_shop_migration``:
+    ``shop``), so two modules never share one."""
+    name = request.param
+    what = request.module.__name__.rsplit(".", 1)[-1]
+    what = what.removeprefix("test_").removesuffix("_migration")
+    if name == "sqlite":
+        yield f"sqlite:///{tmp_path / f'{what}-mig.db'}"
+        return
+    require_service(name, "127.0.0.1", 5432 if name == "postgres" else 3306)
+    base = SERVICE_URLS[name]
+    assert base is not None
+    own = f"{make_url(base).database}_{what}_mig"
+    await migration_kit.server_database(base, True, own)
+    try:
+        yield make_url(base).set(database=own).render_as_string(hide_password=False)
+    finally:
+        await migration_kit.server_database(base, False, own)

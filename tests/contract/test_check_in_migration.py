@@ -4,49 +4,16 @@ to 0018 its check-in columns and index go (the ticket stays); up again, the sche
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
-
-import pytest
 from sqlalchemy import inspect
-from sqlalchemy.engine import make_url
 
 from dueflow.clock import FakeClock
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
-from tests.conftest import SERVICE_URLS, START, RecordingNotifier, require_service
-from tests.contract.test_flow_migration import _schema_differences, _server_database
-from tests.contract.test_shop_migration import _downgrade, _running
+from tests.conftest import START, RecordingNotifier
+from tests.contract import migration_kit
 from tests.unit.api import running_api
 
 CHECK_IN = {"checked_in_at", "checked_in_gate", "checked_in_by"}
-
-
-def _own_name(server: str) -> str:
-    return f"{make_url(server).database}_checkin_mig"
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite"),
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql", marks=pytest.mark.mysql),
-    ]
-)
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[str]:
-    """An empty database of its own on each backend, dropped after."""
-    name = request.param
-    if name == "sqlite":
-        yield f"sqlite:///{tmp_path / 'checkin-mig.db'}"
-        return
-    require_service(name, "127.0.0.1", 5432 if name == "postgres" else 3306)
-    base = SERVICE_URLS[name]
-    assert base is not None
-    await _server_database(base, True, _own_name(base))
-    try:
-        yield make_url(base).set(database=_own_name(base)).render_as_string(hide_password=False)
-    finally:
-        await _server_database(base, False, _own_name(base))
 
 
 async def _ticket_columns(db: Database) -> set[str]:
@@ -62,15 +29,15 @@ async def test_0020_down_and_up_with_a_ticket_issued(empty_url: str) -> None:
     finally:
         await db.dispose()
     async with (
-        _running(empty_url, FakeClock(START), RecordingNotifier()) as deps,
+        migration_kit.running(empty_url, FakeClock(START), RecordingNotifier()) as deps,
         running_api(deps) as api,
     ):
         code = await api.paid_ticket(await api.show(), "A-1")
-        await _downgrade(deps.db, "0018")
+        await migration_kit.downgrade(deps.db, "0018")
         assert await migrate.revisions(deps.db) == {"0018"}
         assert CHECK_IN.isdisjoint(await _ticket_columns(deps.db))
         await migrate.upgrade(deps.db)
-        assert await _schema_differences(deps.db) == []
+        assert await migration_kit.schema_differences(deps.db) == []
         assert await _ticket_columns(deps.db) >= CHECK_IN
         path = f"/api/tickets/{code}/check-in"
         let_in = await api.call("POST", path, "seller", json={"gate": "West"})

@@ -10,18 +10,11 @@ gives back the old columns with every order in them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-import pytest
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
-from sqlalchemy import Column, MetaData, Table, insert, inspect, select, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy import Column, MetaData, Table, insert, select, text
 
 from dueflow import bootstrap
 from dueflow.clock import FakeClock
@@ -29,8 +22,9 @@ from dueflow.config import load_settings
 from dueflow.service import orders, payments
 from dueflow.service.payments import PaymentOutcome
 from dueflow.store import migrate, schema
-from dueflow.store.db import Database, async_url
-from tests.conftest import SERVICE_URLS, START, require_service
+from dueflow.store.db import Database
+from tests.conftest import START
+from tests.contract import migration_kit
 
 #: Every status a marketplace order could be in at 0008, with when it got there.
 STATUSES = [
@@ -55,51 +49,6 @@ orders_0008 = Table(
         if c.name != "show_id"
     ],
 )
-
-
-def _own_name(server: str) -> str:
-    """This test's database on a server: the run's own one's name with ``_flow_mig``."""
-    return f"{make_url(server).database}_flow_mig"
-
-
-async def _server_database(server: str, create: bool, name: str | None = None) -> None:
-    """Create (after dropping) or drop the test's own database (``name``, or this test's) on a
-    server."""
-    name = name or _own_name(server)
-    engine = create_async_engine(async_url(server), isolation_level="AUTOCOMMIT")
-    postgres = engine.dialect.name == "postgresql"
-    quoted = f'"{name}"' if postgres else f"`{name}`"
-    try:
-        async with engine.connect() as conn:
-            force = " WITH (FORCE)" if postgres else ""
-            await conn.execute(text(f"DROP DATABASE IF EXISTS {quoted}{force}"))
-            if create:
-                await conn.execute(text(f"CREATE DATABASE {quoted}"))
-    finally:
-        await engine.dispose()
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite"),
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql", marks=pytest.mark.mysql),
-    ]
-)
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[str]:
-    """An empty database of its own on each backend (``<run>_flow_mig`` on the servers), dropped after."""
-    name = request.param
-    if name == "sqlite":
-        yield f"sqlite:///{tmp_path / 'mig.db'}"
-        return
-    require_service(name, "127.0.0.1", 5432 if name == "postgres" else 3306)
-    base = SERVICE_URLS[name]
-    assert base is not None
-    await _server_database(base, create=True)
-    try:
-        yield make_url(base).set(database=_own_name(base)).render_as_string(hide_password=False)
-    finally:
-        await _server_database(base, create=False)
 
 
 async def _seed_0008(db: Database) -> dict[int, dict[str, Any]]:
@@ -150,63 +99,6 @@ async def _seed_0008(db: Database) -> dict[int, dict[str, Any]]:
     return written
 
 
-async def _schema_differences(db: Database) -> list[Any]:
-    """What Alembic's autogenerate would change to make the database equal ``metadata``."""
-
-    def compare(sync: Any) -> list[Any]:
-        context = MigrationContext.configure(sync, opts={"compare_type": True})
-        return list(compare_metadata(context, schema.metadata))
-
-    async with db.engine.connect() as conn:
-        found = await conn.run_sync(compare)
-    if db.dialect == "mysql":  # partial indexes made only where the database has them (ddl_if)
-        found = [d for d in found if not _only_partial(d)]
-    return [d for d in found if _matters(d)]
-
-
-#: Indexes the schema makes on PostgreSQL and SQLite only (``ddl_if``): MySQL has no partial
-#: index, and autogenerate does not know ``ddl_if``.
-ONLY_PARTIAL = {
-    "ix_timers_must",
-    "ix_orders_pay_due",
-    "ix_orders_ship_due",
-    "ix_orders_receive_due",
-    "ix_orders_review_due",
-    "ix_timers_stuck",
-}
-
-
-def _only_partial(difference: Any) -> bool:
-    return (
-        isinstance(difference, tuple)
-        and difference[0] == "add_index"
-        and difference[1].name in ONLY_PARTIAL
-    )
-
-
-def _matters(difference: Any) -> bool:
-    """Everything but a binary column's size class: MariaDB stores ``LargeBinary(2**20)``
-    (notifications.body, older than 0009) as MEDIUMBLOB, which holds exactly that."""
-    if isinstance(difference, list):  # column changes come grouped per column
-        return any(_matters(d) for d in difference)
-    if difference[0] != "modify_type":
-        return True
-    existing, wanted = difference[5], difference[6]
-    return not (existing.python_type is bytes and wanted.python_type is bytes)
-
-
-async def _downgrade_to_0008(db: Database) -> None:
-    # SQLite rebuilds tables: its migrations run with foreign keys off, as upgrade's do.
-    async with migrate._schema_engine(db) as engine, engine.begin() as conn:
-        await conn.run_sync(lambda sync: command.downgrade(migrate.alembic_config(sync), "0008"))
-
-
-async def _columns(db: Database, table: str) -> set[str]:
-    async with db.engine.connect() as conn:
-        found = await conn.run_sync(lambda sync: inspect(sync).get_columns(table))
-    return {c["name"] for c in found}
-
-
 async def test_0009_keeps_every_marketplace_order_working(empty_url):
     db = Database.from_url(empty_url)
     try:
@@ -226,15 +118,15 @@ async def test_0009_keeps_every_marketplace_order_working(empty_url):
         assert [(x.order_id, x.kind, x.item_id, x.label, x.quantity, x.price) for x in lines] == [
             (i, "goods", i, f"camera {i}", 1, w["amount"]) for i, w in written.items()
         ]
-        assert await _schema_differences(db) == []
+        assert await migration_kit.schema_differences(db) == []
     finally:
         await db.dispose()
     await _orders_still_work(empty_url)
     db = Database.from_url(empty_url)
     try:
-        await _downgrade_to_0008(db)
+        await migration_kit.downgrade(db, "0008")
         assert await migrate.revisions(db) == {"0008"}
-        columns = await _columns(db, "orders")
+        columns = await migration_kit.columns(db, "orders")
         assert "profile" in columns and not {"flow", "show_id"} & columns
         assert not {"order_lines", "shows", "seats", "seat_holds", "tickets"} & set(
             await migrate.current_tables(db)
@@ -246,7 +138,7 @@ async def test_0009_keeps_every_marketplace_order_working(empty_url):
         async with db.read() as conn:
             count = await conn.scalar(text("SELECT COUNT(*) FROM order_lines"))
         assert count == len(written)
-        assert await _schema_differences(db) == []
+        assert await migration_kit.schema_differences(db) == []
     finally:
         await db.dispose()
 

@@ -6,19 +6,15 @@ dropped; up again, the schema equals ``metadata``."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from sqlalchemy import column, func, inspect, select, table, update
-from sqlalchemy.engine import make_url
 
 from dueflow.clock import FakeClock
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
-from tests.conftest import SERVICE_URLS, START, RecordingNotifier, require_service
-from tests.contract.test_flow_migration import _schema_differences, _server_database
-from tests.contract.test_shop_migration import _downgrade, _running
+from tests.conftest import START, RecordingNotifier
+from tests.contract import migration_kit
 from tests.unit.api import Api
 from tests.unit.api.shop_world import fails, shop_api
 
@@ -33,33 +29,6 @@ COLUMNS_0012 = {
     "body",
     "created_at",
 }
-
-
-def _own_name(server: str) -> str:
-    return f"{make_url(server).database}_idem_mig"
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite"),
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql", marks=pytest.mark.mysql),
-    ]
-)
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[str]:
-    """An empty database of its own on each backend, dropped after."""
-    name = request.param
-    if name == "sqlite":
-        yield f"sqlite:///{tmp_path / 'idem-mig.db'}"
-        return
-    require_service(name, "127.0.0.1", 5432 if name == "postgres" else 3306)
-    base = SERVICE_URLS[name]
-    assert base is not None
-    await _server_database(base, True, _own_name(base))
-    try:
-        yield make_url(base).set(database=_own_name(base)).render_as_string(hide_password=False)
-    finally:
-        await _server_database(base, False, _own_name(base))
 
 
 async def _keys(db: Database) -> list[dict[str, Any]]:
@@ -90,7 +59,7 @@ async def test_0017_keeps_placing_keys_answering(empty_url: str) -> None:
     finally:
         await db.dispose()
     async with (
-        _running(empty_url, FakeClock(START), RecordingNotifier()) as deps,
+        migration_kit.running(empty_url, FakeClock(START), RecordingNotifier()) as deps,
         shop_api(deps) as api,
     ):
         goods = [await api.goods() for _ in range(3)]
@@ -113,7 +82,7 @@ async def test_0017_keeps_placing_keys_answering(empty_url: str) -> None:
         assert created.status_code == 201, created.text
         at_head = await _keys(deps.db)
 
-        await _downgrade(deps.db, "0012")
+        await migration_kit.downgrade(deps.db, "0012")
         assert await migrate.revisions(deps.db) == {"0012"}
         old = await _keys(deps.db)
         assert set(old[0]) == COLUMNS_0012
@@ -123,7 +92,7 @@ async def test_0017_keeps_placing_keys_answering(empty_url: str) -> None:
         assert {r["buyer_id"] for r in old} == {api.ids["buyer"]}
 
         await migrate.upgrade(deps.db)
-        assert await _schema_differences(deps.db) == []
+        assert await migration_kit.schema_differences(deps.db) == []
         assert await _keys(deps.db) == [
             {**r, "effect_id": None, "locked_until": None} for r in placing
         ]

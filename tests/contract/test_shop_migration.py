@@ -13,28 +13,23 @@ it, while the old orders go on (their pay deadlines pass, their buyers are told)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from alembic import command
 from sqlalchemy import delete, insert, inspect, select, update
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from dueflow import bootstrap
 from dueflow.clock import FakeClock
-from dueflow.config import load_settings
 from dueflow.domain import seating
 from dueflow.service import accounts, orders, payments, report, shop, tickets
 from dueflow.service.deps import Deps
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
 from dueflow.worker.runner import Worker
-from tests.conftest import SERVICE_URLS, START, RecordingNotifier, require_service
-from tests.contract.test_flow_migration import _schema_differences, _server_database
+from tests.conftest import START, RecordingNotifier
+from tests.contract import migration_kit
 
 SHOP_TABLES = {
     "skus",
@@ -61,40 +56,6 @@ SEEDED = {
     "show_cancelled_paid": ("tickets", "cancelled_paid", "show_cancel"),
     "show_cancelled_unpaid": ("tickets", "cancelled_unpaid", "show_cancel"),
 }
-
-
-def _own_name(server: str) -> str:
-    """This test's database on a server: the configured one's name with ``_shop_mig`` (so
-    sessions on their own databases each get their own)."""
-    return f"{make_url(server).database}_shop_mig"
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite"),
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql", marks=pytest.mark.mysql),
-    ]
-)
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[str]:
-    """An empty database of its own on each backend, dropped after."""
-    name = request.param
-    if name == "sqlite":
-        yield f"sqlite:///{tmp_path / 'shop-mig.db'}"
-        return
-    require_service(name, "127.0.0.1", 5432 if name == "postgres" else 3306)
-    base = SERVICE_URLS[name]
-    assert base is not None
-    await _server_database(base, True, _own_name(base))
-    try:
-        yield make_url(base).set(database=_own_name(base)).render_as_string(hide_password=False)
-    finally:
-        await _server_database(base, False, _own_name(base))
-
-
-def _running(url: str, clock: FakeClock, notifier: RecordingNotifier) -> Any:
-    settings = load_settings(database_url=url, profile="prod")
-    return bootstrap.running(settings, clock=clock, notifier=notifier, migrate_sqlite=False)
 
 
 async def _seed_0009(deps: Deps, clock: FakeClock) -> dict[str, int]:
@@ -178,12 +139,6 @@ async def _every_row(db: Database, names: set[str]) -> dict[str, list[tuple[Any,
     return found
 
 
-async def _downgrade(db: Database, revision: str) -> None:
-    # SQLite rebuilds tables: its migrations run with foreign keys off, as upgrade's do.
-    async with migrate._schema_engine(db) as engine, engine.begin() as conn:
-        await conn.run_sync(lambda sync: command.downgrade(migrate.alembic_config(sync), revision))
-
-
 async def test_0010_keeps_every_order_and_adds_the_shop(empty_url: str) -> None:
     clock, notifier = FakeClock(START), RecordingNotifier()
     db = Database.from_url(empty_url)
@@ -191,11 +146,11 @@ async def test_0010_keeps_every_order_and_adds_the_shop(empty_url: str) -> None:
         await migrate.upgrade(db)
     finally:
         await db.dispose()
-    async with _running(empty_url, clock, notifier) as deps:
+    async with migration_kit.running(empty_url, clock, notifier) as deps:
         # Seeded by today's services, then taken down to 0009: the services know only the
         # newest schema, and the orders and tables of 0009 are what 0010 must keep.
         ids = await _seed_0009(deps, clock)
-        await _downgrade(deps.db, "0009")
+        await migration_kit.downgrade(deps.db, "0009")
         assert await migrate.revisions(deps.db) == {"0009"}
         old_tables = await migrate.current_tables(deps.db) - {"alembic_version"}
         assert not SHOP_TABLES & old_tables
@@ -247,22 +202,22 @@ async def test_0010_keeps_every_order_and_adds_the_shop(empty_url: str) -> None:
         await migrate.upgrade(deps.db)  # the newest schema, which today's services read
         assert (await report.check_invariants(deps, tolerance_seconds=0)).ok
         assert await _every_row(deps.db, SHOP_TABLES) == {name: [] for name in SHOP_TABLES}
-        assert await _schema_differences(deps.db) == []
+        assert await migration_kit.schema_differences(deps.db) == []
         await _checks_refuse(deps, user_id=ids["buyer"], order_id=ids["unpaid"])
 
-        await _downgrade(deps.db, "0009")
+        await migration_kit.downgrade(deps.db, "0009")
         assert await migrate.revisions(deps.db) == {"0009"}
         assert await migrate.current_tables(deps.db) - {"alembic_version"} == old_tables
         assert await _every_row(deps.db, old_tables) == after
         await migrate.upgrade(deps.db)
 
         await migrate.upgrade(deps.db)
-        assert await _schema_differences(deps.db) == []
+        assert await migration_kit.schema_differences(deps.db) == []
         await _shop_works(deps, clock, notifier, ids)
 
         # With shop data in it, the downgrade still runs: the shop's tables go (the orders
         # of the shop flow stay, for an operator).
-        await _downgrade(deps.db, "0009")
+        await migration_kit.downgrade(deps.db, "0009")
         assert not SHOP_TABLES & await migrate.current_tables(deps.db)
 
 

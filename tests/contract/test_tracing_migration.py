@@ -5,51 +5,21 @@ schema equals ``metadata``."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 
 from dueflow import tracing
 from dueflow.clock import FakeClock
 from dueflow.service import accounts, orders
 from dueflow.store import migrate, schema
 from dueflow.store.db import Database
-from tests.conftest import SERVICE_URLS, START, RecordingNotifier, require_service
-from tests.contract.test_flow_migration import _columns, _schema_differences, _server_database
-from tests.contract.test_shop_migration import _downgrade, _running
+from tests.conftest import START, RecordingNotifier
+from tests.contract import migration_kit
 
 TABLES = ("timers", "order_events")
-
-
-def _own_name(server: str) -> str:
-    return f"{make_url(server).database}_trace_mig"
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite"),
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql", marks=pytest.mark.mysql),
-    ]
-)
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[str]:
-    """An empty database of its own on each backend, dropped after."""
-    name = request.param
-    if name == "sqlite":
-        yield f"sqlite:///{tmp_path / 'trace-mig.db'}"
-        return
-    require_service(name, "127.0.0.1", 5432 if name == "postgres" else 3306)
-    base = SERVICE_URLS[name]
-    assert base is not None
-    await _server_database(base, True, _own_name(base))
-    try:
-        yield make_url(base).set(database=_own_name(base)).render_as_string(hide_password=False)
-    finally:
-        await _server_database(base, False, _own_name(base))
 
 
 @pytest.fixture
@@ -90,7 +60,7 @@ async def test_0019_adds_and_drops_the_trace_parents_keeping_every_row(
         await migrate.upgrade(db)
     finally:
         await db.dispose()
-    async with _running(empty_url, FakeClock(START), RecordingNotifier()) as deps:
+    async with migration_kit.running(empty_url, FakeClock(START), RecordingNotifier()) as deps:
         seller = (await accounts.add_user(deps, "seller"))[0].id
         buyer = (await accounts.add_user(deps, "buyer"))[0].id
         with tracing.span("placing"):
@@ -105,12 +75,12 @@ async def test_0019_adds_and_drops_the_trace_parents_keeping_every_row(
         }
         counts = await _counts(deps.db)
 
-        await _downgrade(deps.db, "0018")
+        await migration_kit.downgrade(deps.db, "0018")
         assert await migrate.revisions(deps.db) == {"0018"}
         for name in TABLES:
-            assert "trace_parent" not in await _columns(deps.db, name)
+            assert "trace_parent" not in await migration_kit.columns(deps.db, name)
 
         await migrate.upgrade(deps.db)
-        assert await _schema_differences(deps.db) == []
+        assert await migration_kit.schema_differences(deps.db) == []
         assert await _counts(deps.db) == counts
         assert await _kept(deps.db) == {name: [None] * len(v) for name, v in kept.items()}
