@@ -314,7 +314,11 @@ _RESET_DONE: set[str] = set()
 
 
 async def _reset_server_database(db: Database) -> None:
-    """Once per session: drop everything and migrate; then per test: empty every table."""
+    """Once per session: drop everything and migrate; then per test: empty every table and
+    restart its ids, as a TRUNCATE of them all would, touching only the tables the test wrote
+    to (a row, or an id counter that moved). PostgreSQL deletes their rows (children first) and
+    sets their sequences back: its TRUNCATE is DDL, about 0.7 s a test where this takes 0.07;
+    MariaDB truncates them (about 0.5 s, every table's TRUNCATE about 1.5)."""
     from sqlalchemy import text
 
     from dueflow.store.schema import metadata
@@ -325,15 +329,45 @@ async def _reset_server_database(db: Database) -> None:
             await conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
         await migrate.upgrade(db)
         _RESET_DONE.add(db.dialect)
-    names = [t.name for t in reversed(metadata.sorted_tables)]
     async with db.engine.begin() as conn:
+        written = set((await conn.execute(text(_written_tables(db.dialect)))).scalars())
+        tables = [t for t in reversed(metadata.sorted_tables) if t.name in written]
+        if not tables:
+            return
         if db.dialect == "postgresql":
-            await conn.execute(text(f"TRUNCATE {', '.join(names)} RESTART IDENTITY CASCADE"))
+            for table in tables:
+                await conn.execute(table.delete())
+                if (counter := table.autoincrement_column) is not None:
+                    sequence = f"pg_get_serial_sequence('{table.name}', '{counter.name}')"
+                    await conn.execute(text(f"SELECT setval({sequence}, 1, false)"))
         else:
             await conn.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
-            for name in names:
-                await conn.execute(text(f"TRUNCATE TABLE {name}"))
+            for table in tables:
+                await conn.execute(text(f"TRUNCATE TABLE {table.name}"))
             await conn.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
+
+
+def _written_tables(dialect: str) -> str:
+    """One query naming every table of ``metadata`` that holds a row or whose id counter has
+    moved since it was last truncated (an insert rolled back moves it too)."""
+    from dueflow.store.schema import metadata
+
+    parts = []
+    for table in metadata.sorted_tables:
+        name, counter = table.name, table.autoincrement_column
+        moved = ""
+        if dialect == "postgresql" and counter is not None:
+            sequence = f"pg_get_serial_sequence('{name}', '{counter.name}')::regclass"
+            moved = f" OR pg_sequence_last_value({sequence}) IS NOT NULL"
+        parts.append(
+            f"SELECT '{name}' FROM (SELECT 1) AS one WHERE EXISTS (SELECT 1 FROM {name}){moved}"
+        )
+    if dialect != "postgresql":
+        parts.append(
+            "SELECT TABLE_NAME FROM information_schema.TABLES"
+            " WHERE TABLE_SCHEMA = DATABASE() AND AUTO_INCREMENT > 1"
+        )
+    return " UNION ".join(parts)
 
 
 @pytest.fixture(
