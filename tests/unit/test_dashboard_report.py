@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 from typer.testing import CliRunner
 
 from dueflow import cli
 from dueflow.api.admin_pages import dashboard
 from dueflow.cli import _common
-from dueflow.service import invariants, operations, orders, payments, report
+from dueflow.service import invariants, operations, orders, payments, reads, report
 from dueflow.store import counts, schema
 from dueflow.store.schema import coupons, flash_buyers, skus
 from tests.unit.test_shop_invariants import broken, live_shop, write
@@ -195,3 +195,37 @@ async def test_overdue_timers_are_counted_and_listed_read_side_by_side(backend_w
     assert {t["order_status"] for t in overdue} == {"pending_payment"}
     assert await operations.overdue_timers(world.deps, 2) == overdue[:2]
     assert page["snap"].overdue == 6 and page["checked"].invariants.past_deadline == placed
+
+
+async def test_a_dashboard_holds_at_most_its_width_of_connections(backend_world):
+    # The page's reads side by side take at most reads.WIDTH of the pool's connections at once,
+    # the watermark's catch-up and the bounded check's first read included (one on SQLite).
+    world = backend_world
+    await place(world, 3)
+    world.clock.advance(timedelta(hours=1))  # the watermark is due to move
+    engines = {
+        id(e.sync_engine): e.sync_engine
+        for e in (world.deps.db.engine, world.deps.db.report_engine)
+    }
+    held = peak = 0
+
+    def checkout(*_: object) -> None:
+        nonlocal held, peak
+        held += 1
+        peak = max(peak, held)
+
+    def checkin(*_: object) -> None:
+        nonlocal held
+        held -= 1
+
+    for engine in engines.values():
+        event.listen(engine.pool, "checkout", checkout)
+        event.listen(engine.pool, "checkin", checkin)
+    try:
+        page = await dashboard._read(world.deps)
+    finally:
+        for engine in engines.values():
+            event.remove(engine.pool, "checkout", checkout)
+            event.remove(engine.pool, "checkin", checkin)
+    assert page["snap"].orders["pending_payment"] == 3
+    assert 1 <= peak <= reads.WIDTH

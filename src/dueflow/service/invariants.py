@@ -11,6 +11,7 @@ deadline is found among every live order in both: a forgotten order is one that 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -138,7 +139,7 @@ async def check_recent(
     latest = (
         select(o.id, o.updated_at, o.goods_id, o.show_id).order_by(o.updated_at.desc()).limit(limit)
     )
-    async with deps.db.report() as conn:
+    async with lanes or contextlib.nullcontext(), deps.db.report() as conn:
         rows = (await conn.execute(latest)).all()
     among = Among(
         orders=sorted(int(row.id) for row in rows),

@@ -4,6 +4,7 @@ the invariants are :mod:`dueflow.service.invariants`' (re-exported here)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -79,7 +80,8 @@ async def snapshot(
     within ``lanes``)."""
     now = deps.clock.now()
     if not full:
-        await _catch_up(deps, now)
+        async with lanes or contextlib.nullcontext():  # one of the page's connections
+            await _catch_up(deps, now)
     grace = deps.scan_grace
     found = await reads.each(
         deps,
