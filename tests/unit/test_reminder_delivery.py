@@ -211,10 +211,16 @@ async def test_reminders_a_handler_still_holds_are_not_taken_and_lost_ones_not_s
             conn, now=world.clock.now(), limit=10, lease=world.deps.lease
         )
     assert len(batch) == 6
+    claimed_at = world.clock.now()
 
     first = asyncio.create_task(pay_reminder(world.deps, batch))  # no heartbeat: a plain handler
     try:
-        assert await eventually(lambda: len(receiver.deliveries) >= 3)
+        # The third delivery is recorded before its answer moves the clock: wait for both.
+        assert await eventually(
+            lambda: (
+                len(receiver.deliveries) >= 3 and world.clock.now() >= claimed_at + 3 * SEND_TAKES
+            )
+        )
         report = await scan_once(Worker(world.deps))
     finally:
         scanned.set()
