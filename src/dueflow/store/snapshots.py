@@ -85,6 +85,17 @@ def ticket_view(ticket: Any) -> dict[str, Any]:
     }
 
 
+#: A snapshot's tickets: what each ticket shows, with its seat's label.
+_TICKETS_WITH_SEATS = select(
+    tickets.c.order_id,
+    tickets.c.code,
+    tickets.c.state,
+    tickets.c.checked_in_at,
+    tickets.c.checked_in_gate,
+    seats.c.label,
+).join(seats, seats.c.id == tickets.c.seat_id)
+
+
 async def build(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """The snapshot of each of these orders as it stands in this transaction: the order's own
     fields, ``lines``, ``tickets``, ``payments`` and ``refunds``, each as
@@ -107,18 +118,8 @@ async def build(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int, di
         found[line.order_id]["lines"].append(line_view(line))
     shown = [oid for oid in ids if found[oid]["show_id"] is not None]
     if shown:
-        query = (
-            select(
-                tickets.c.order_id,
-                tickets.c.code,
-                tickets.c.state,
-                tickets.c.checked_in_at,
-                tickets.c.checked_in_gate,
-                seats.c.label,
-            )
-            .join(seats, seats.c.id == tickets.c.seat_id)
-            .where(tally.among(conn, tickets.c.order_id, shown))
-            .order_by(tickets.c.order_id, tickets.c.seat_id)
+        query = _TICKETS_WITH_SEATS.where(tally.among(conn, tickets.c.order_id, shown)).order_by(
+            tickets.c.order_id, tickets.c.seat_id
         )
         for t in await conn.execute(query):
             found[t.order_id]["tickets"].append(ticket_view(t))
@@ -140,17 +141,9 @@ _ONE_LINES = hot.Hot(
     .order_by(order_lines.c.id)
 )
 _ONE_TICKETS = hot.Hot(
-    select(
-        tickets.c.order_id,
-        tickets.c.code,
-        tickets.c.state,
-        tickets.c.checked_in_at,
-        tickets.c.checked_in_gate,
-        seats.c.label,
+    _TICKETS_WITH_SEATS.where(tickets.c.order_id == bindparam("order_id")).order_by(
+        tickets.c.seat_id
     )
-    .join(seats, seats.c.id == tickets.c.seat_id)
-    .where(tickets.c.order_id == bindparam("order_id"))
-    .order_by(tickets.c.seat_id)
 )
 _ONE_PAYMENTS = hot.Hot(
     select(payments).where(payments.c.order_id == bindparam("order_id")).order_by(payments.c.id)
