@@ -71,13 +71,15 @@ def notice(
     data: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The envelope of a buyer notice (``pay_reminder``, ``order_closed``) about ``order`` (its
-    snapshot as the notice is sent)."""
+    snapshot as the notice is sent). ``data`` and ``order`` become JSON values in one encode
+    and one decode (a herd sends thousands of notices a second)."""
+    native = orjson.loads(snapshots.encode({"data": data, "order": order}))
     return {
         "id": notice_id(reminder_id),
         "type": EventType(kind).value,
         "version": ENVELOPE_VERSION,
         "created_at": created_at.isoformat(),
         "actor": actor_of(NOTIFIER),
-        "data": orjson.loads(snapshots.encode(data)),
-        "order": orjson.loads(snapshots.encode(order)),
+        "data": native["data"],
+        "order": native["order"],
     }

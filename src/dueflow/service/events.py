@@ -18,8 +18,11 @@ from dueflow.store import events as store
 
 log = logging.getLogger(__name__)
 
-#: Events numbered per sequencer transaction (a bounded, short lock on the counter).
-SEQUENCE_BATCH = 500
+#: Events numbered per sequencer transaction (a bounded, short lock on the counter). A herd
+#: writes two events a cancel, thousands a second: at 500 the sequencer took a write
+#: transaction (four statements) per 250 cancels; the numbering is one UPDATE by one array
+#: parameter either way, so a larger batch costs the same per event and fewer transactions.
+SEQUENCE_BATCH = 2000
 #: Pauses of both loops: short while there was work, growing to the idle one without.
 BUSY_PAUSE = timedelta(milliseconds=100)
 IDLE_PAUSE = timedelta(seconds=1)

@@ -232,6 +232,8 @@ async def number_committed(conn: AsyncConnection, *, limit: int) -> int:
 
 
 _LAST = bindparam("last", type_=BigInteger)
+#: MySQL: ids numbered per UPDATE through a CASE.
+_CASE_CHUNK = 500
 #: PostgreSQL: the ids as one array, each numbered by its place in it.
 _PLACES = (
     func.unnest(bindparam("ids", type_=ARRAY(BigInteger)))
@@ -260,10 +262,13 @@ async def _number(conn: AsyncConnection, found: Sequence[int], last: int) -> Non
             _NUMBER_FROM_JSON, {"ids": orjson.dumps(list(found)).decode(), "last": last}
         )
     else:
-        numbers = {event_id: last + n for n, event_id in enumerate(found, 1)}
-        await conn.execute(
-            update(order_events).where(e.id.in_(found)).values(seq=case(numbers, value=e.id))
-        )
+        # A CASE costs its ids times the rows it updates: chunks keep it linear in the batch.
+        for start in range(0, len(found), _CASE_CHUNK):
+            chunk = found[start : start + _CASE_CHUNK]
+            numbers = {event_id: last + start + n for n, event_id in enumerate(chunk, 1)}
+            await conn.execute(
+                update(order_events).where(e.id.in_(chunk)).values(seq=case(numbers, value=e.id))
+            )
 
 
 async def _lock_counter(conn: AsyncConnection) -> int:

@@ -96,38 +96,61 @@ _TICKETS_WITH_SEATS = select(
 ).join(seats, seats.c.id == tickets.c.seat_id)
 
 
+#: The batch build's statements, each over one id list compiled once (PostgreSQL, SQLite).
+_MANY_ORDERS = tally.HotAmong(lambda among: select(orders).where(among(orders.c.id)))
+_MANY_LINES = tally.HotAmong(
+    lambda among: (
+        select(order_lines).where(among(order_lines.c.order_id)).order_by(order_lines.c.id)
+    )
+)
+_MANY_TICKETS = tally.HotAmong(
+    lambda among: _TICKETS_WITH_SEATS.where(among(tickets.c.order_id)).order_by(
+        tickets.c.order_id, tickets.c.seat_id
+    )
+)
+_MANY_PAYMENTS = tally.HotAmong(
+    lambda among: select(payments).where(among(payments.c.order_id)).order_by(payments.c.id)
+)
+_MANY_REFUNDS = tally.HotAmong(
+    lambda among: select(refunds).where(among(refunds.c.order_id)).order_by(refunds.c.id)
+)
+
+
+async def _rows(conn: AsyncConnection, statement: tally.HotAmong, ids: Sequence[int]) -> Any:
+    """The rows of one of the batch statements for ``ids``: built once (PostgreSQL, SQLite),
+    or through SQLAlchemy's execution with an IN list (MySQL)."""
+    found = await statement.all(conn, ids)
+    if found is not None:
+        return found
+    return await conn.execute(statement.make(lambda column: tally.among(conn, column, ids)))
+
+
 async def build(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """The snapshot of each of these orders as it stands in this transaction: the order's own
     fields, ``lines``, ``tickets``, ``payments`` and ``refunds``, each as
     :func:`dueflow.service.orders.view_in` reads them. Four statements (five when a show's
-    order is among them); a missing order is left out."""
+    order is among them), each compiled once; a missing order is left out."""
     ids = sorted(set(order_ids))
     if not ids:
         return {}
     if len(ids) == 1:
         return await _build_one(conn, ids[0])
     found = {
-        r.id: {**dict(r._mapping), "lines": [], "tickets": [], "payments": [], "refunds": []}
-        for r in await conn.execute(select(orders).where(tally.among(conn, orders.c.id, ids)))
+        r.id: {**r._mapping, "lines": [], "tickets": [], "payments": [], "refunds": []}
+        for r in await _rows(conn, _MANY_ORDERS, ids)
     }
     ids = sorted(found)
     if not ids:
         return {}
-    query = select(order_lines).where(tally.among(conn, order_lines.c.order_id, ids))
-    for line in await conn.execute(query.order_by(order_lines.c.id)):
+    for line in await _rows(conn, _MANY_LINES, ids):
         found[line.order_id]["lines"].append(line_view(line))
     shown = [oid for oid in ids if found[oid]["show_id"] is not None]
     if shown:
-        query = _TICKETS_WITH_SEATS.where(tally.among(conn, tickets.c.order_id, shown)).order_by(
-            tickets.c.order_id, tickets.c.seat_id
-        )
-        for t in await conn.execute(query):
+        for t in await _rows(conn, _MANY_TICKETS, shown):
             found[t.order_id]["tickets"].append(ticket_view(t))
-    query = select(payments).where(tally.among(conn, payments.c.order_id, ids))
-    for p in await conn.execute(query.order_by(payments.c.id)):
+    for p in await _rows(conn, _MANY_PAYMENTS, ids):
         found[p.order_id]["payments"].append(dict(p._mapping))
-    query = select(refunds).where(tally.among(conn, refunds.c.order_id, ids))
-    for r in await conn.execute(query.order_by(refunds.c.id)):
+    for r in await _rows(conn, _MANY_REFUNDS, ids):
         found[r.order_id]["refunds"].append(dict(r._mapping))
     return found
 
