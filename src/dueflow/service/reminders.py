@@ -56,8 +56,9 @@ class Message:
     statuses: tuple[str, ...]
     deadline: Column[Any] | None
 
-    def waits(self, order: Row[Any] | None, now: datetime) -> bool:
-        """The order is one this message still makes sense for."""
+    def waits(self, order: Any, now: datetime) -> bool:
+        """The order (its row or its snapshot's :class:`_Order`, or None) is one this message
+        still makes sense for."""
         if order is None or order.status not in self.statuses:
             return False
         return self.deadline is None or getattr(order, self.deadline.name) > now
@@ -70,7 +71,7 @@ CLOSED = Message(
 KIND = PAY.kind
 
 
-def _why_not(order: Row[Any] | None, message: Message) -> str:
+def _why_not(order: Any, message: Message) -> str:
     """Why ``message`` is not sent for ``order``: gone, moved on, or (still in a status it waits
     in) past the deadline it reminds of."""
     if order is None:
@@ -97,7 +98,11 @@ async def _remind(deps: Deps, batch: Sequence[Claimed], message: Message) -> Non
     token = timers.new_token()
     kind = message.kind
     async with deps.db.write() as conn:
-        current = {r.id: r for r in await orders.many(conn, [t.order_id for t in batch])}
+        # The orders as the notices tell them (their envelopes' ``order``), read once for the
+        # batch: the checks below read their fields from the same snapshots (nothing this
+        # transaction writes before the sends is part of an order's view).
+        shots = await snapshots.build(conn, [t.order_id for t in batch])
+        current = {oid: _Order(shot) for oid, shot in shots.items()}
         live = [oid for oid, r in current.items() if message.waits(r, now)]
         waiting = set(live)
         moved_on = [t.order_id for t in batch if t.order_id not in waiting]
@@ -126,12 +131,25 @@ async def _remind(deps: Deps, batch: Sequence[Claimed], message: Message) -> Non
         await timers.finish_by_token(conn, batch, finished, now)
         if elsewhere:
             await timers.retry(conn, elsewhere, error=ELSEWHERE, now=now)
-        # The orders as the notices tell them (their envelopes' ``order``): one read per kind of
-        # row for the whole batch.
-        shots = await snapshots.build(conn, list(mine))
     await _send_all(
         deps, [t for t in batch if t.order_id in mine], mine, current, shots, token, message
     )
+
+
+class _Order:
+    """An order's snapshot read as its row (``order.status``, ``order.buyer_id``): the checks
+    and the message of a notice read the fields its envelope shows."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self._fields = fields
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._fields[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 @dataclass(frozen=True)
@@ -150,7 +168,7 @@ async def _send_all(
     deps: Deps,
     batch: Sequence[Claimed],
     mine: Mapping[int, Row[Any]],
-    current: Mapping[int, Row[Any]],
+    current: Mapping[int, _Order],
     shots: Mapping[int, Mapping[str, Any]],
     token: str,
     message: Message,
@@ -195,7 +213,7 @@ async def _send(
     deps: Deps,
     timer: Claimed,
     reminder: Row[Any],
-    order: Row[Any],
+    order: _Order,
     shot: Mapping[str, Any],
     wave: str,
 ) -> _Sent:
@@ -293,7 +311,7 @@ async def _record(
         await timers.retry(conn, again, error=error, now=now)
 
 
-def _message(reminder: Row[Any], order: Row[Any], shot: Mapping[str, Any]) -> Reminder:
+def _message(reminder: Row[Any], order: _Order, shot: Mapping[str, Any]) -> Reminder:
     reason = order.cancel_reason if reminder.kind == CLOSED.kind else None
     data: dict[str, Any] = {"buyer_id": order.buyer_id}
     if reminder.kind == CLOSED.kind:
