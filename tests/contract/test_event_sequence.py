@@ -103,3 +103,28 @@ async def test_sequencers_in_many_processes_number_every_event_once(backend_worl
     assert sorted(e["order"]["id"] for e in fed) == sorted(placed)
     assert [seq_of(e) for e in fed] == list(range(1, len(placed) + 1))
     assert sum(counts) <= len(placed)
+
+
+async def test_a_batch_numbered_in_chunks_gets_one_gapless_run_in_id_order(
+    backend_world, monkeypatch
+):
+    """MySQL numbers a sequencer batch through CASE UPDATEs of ``_CASE_CHUNK`` ids each (the
+    other databases in one UPDATE by an array): a batch of several chunks still gives the
+    events the next numbers, each once, in id order. The chunk is made small so a few events
+    span three of them."""
+    from dueflow.store import events as event_store
+
+    monkeypatch.setattr(event_store, "_CASE_CHUNK", 2)
+    w = backend_world
+    now = w.clock.now()
+    order_id = await orders.place_order(w.deps, buyer_id=w.buyer, goods_id=await w.goods())
+    assert await events.sequence(w.deps) == 1
+    start = seq_of((await fed_from(w, 0))[-1])
+    async with w.deps.db.write() as conn:
+        for name in ("one", "two", "three", "four", "five"):
+            await record(conn, order_id, name, now)
+    assert await events.sequence(w.deps) == 5
+    fed = await fed_from(w, start)
+    assert [e["type"] for e in fed] == ["one", "two", "three", "four", "five"]
+    assert [seq_of(e) for e in fed] == list(range(start + 1, start + 6))
+    assert await events.sequence(w.deps) == 0
