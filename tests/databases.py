@@ -4,7 +4,8 @@ Two checkouts testing at once (a branch while CI tests main) must not share a da
 run creates ``dueflow_test_<run>`` on PostgreSQL and on MariaDB when the session starts and drops
 it, with every database a test derived from it (``<name>_shop_mig``, ``<name>_empty`` ...), when
 the session ends. ``<run>`` is ``DUEFLOW_TEST_RUN`` when set (letters and digits, so no run's
-name is another's followed by ``_``), else ``p<pid>``; databases left by a run that was killed
+name is another's followed by ``_``), followed by the pytest-xdist worker's name (``gw0``) in a
+parallel run, else ``p<pid>``; databases left by a run that was killed
 (``dueflow_test_p<pid>`` of a process that no longer exists here) are dropped by the next run.
 Runs in other PID namespaces sharing the servers (containers) must each set ``DUEFLOW_TEST_RUN``
 and leave ``p<digits>`` names alone: they cannot see each other's processes. ``DUEFLOW_TEST_POSTGRES_URL`` / ``DUEFLOW_TEST_MYSQL_URL`` name a database of one's
@@ -21,7 +22,10 @@ from urllib.parse import urlsplit
 
 PREFIX = "dueflow_test_"
 GIVEN_RUN = os.environ.get("DUEFLOW_TEST_RUN")
-RUN = GIVEN_RUN or f"p{os.getpid()}"
+#: pytest-xdist's worker name ("gw0", "gw1", ...), so the workers of one named run (``-n 2``
+#: with ``DUEFLOW_TEST_RUN`` set) each have their own databases too.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+RUN = f"{GIVEN_RUN}{_WORKER}" if GIVEN_RUN else f"p{os.getpid()}"
 if GIVEN_RUN is not None and (
     not re.fullmatch(r"[A-Za-z0-9]{1,30}", GIVEN_RUN) or re.fullmatch(r"p\d+", GIVEN_RUN)
 ):

@@ -98,3 +98,20 @@ def test_the_suite_uses_this_runs_databases() -> None:
     for name in ("postgres", "mysql"):
         if databases.GIVEN[name] is None:
             assert str(SERVICE_URLS[name]).endswith(f"/{databases.NAME}")
+
+
+@pytest.mark.parametrize(
+    ("worker", "name"), [("", "dueflow_test_ci"), ("gw1", "dueflow_test_cigw1")]
+)
+def test_each_worker_of_a_named_parallel_run_has_its_own_databases(worker: str, name: str) -> None:
+    env = {**os.environ, "DUEFLOW_TEST_RUN": "ci", "PYTEST_XDIST_WORKER": worker}
+    done = subprocess.run(
+        [sys.executable, "-c", "import tests.databases as d; print(d.NAME)"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == name
