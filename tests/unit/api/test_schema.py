@@ -57,6 +57,9 @@ CONFIG = schemathesis.Config.from_dict(
     {"checks": {"negative_data_rejection": {"expected-statuses": REFUSALS}}}
 )
 
+#: Seconds the loader waits for /openapi.json (its default is 10).
+LOAD_TIMEOUT = 120
+
 Ids = dict[str, list[int]]
 
 
@@ -179,7 +182,11 @@ async def fuzz(
     headers = seeded.api.auth(who)
 
     def run() -> list[str]:
-        loaded = schemathesis.openapi.from_asgi("/openapi.json", app, config=CONFIG)
+        # The document is built on the app's loop while the other test process loads the
+        # machine: the loader's own 10 s read timeout ran out once at load 13.
+        loaded = schemathesis.openapi.from_asgi(
+            "/openapi.json", app, config=CONFIG, timeout=LOAD_TIMEOUT
+        )
         failures = []
         for result in loaded.get_all_operations():
             operation = result.ok()
