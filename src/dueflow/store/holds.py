@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dueflow.exceptions import CouponUnusable, GoodsUnavailable, OutOfStock, PurchaseLimitExceeded
 from dueflow.seatcache.base import NoSeatCache, SeatCache
-from dueflow.store import goods, shop, shows, tally
+from dueflow.store import goods, hot, shop, shows, tally
 from dueflow.store.db import after_commit
 from dueflow.store.schema import flash_sales, order_lines, skus
 
@@ -288,21 +288,26 @@ class Holds:
 
 
 async def insert_lines(conn: AsyncConnection, order_id: int, lines: Sequence[Line]) -> None:
-    """Write what the order holds (kept for good: what was bought)."""
-    await conn.execute(
-        order_lines.insert(),
-        [
-            {
-                "order_id": order_id,
-                "kind": line.kind,
-                "item_id": line.item_id,
-                "label": line.label[:200],
-                "quantity": line.quantity,
-                "price": line.price,
-            }
-            for line in lines
-        ],
-    )
+    """Write what the order holds (kept for good: what was bought); one line (goods, most
+    places) is a hot statement."""
+    rows = [
+        {
+            "order_id": order_id,
+            "kind": line.kind,
+            "item_id": line.item_id,
+            "label": line.label[:200],
+            "quantity": line.quantity,
+            "price": line.price,
+        }
+        for line in lines
+    ]
+    if len(rows) == 1:
+        await hot.inserting(order_lines, _LINE_COLUMNS).rowcount(conn, rows)
+    else:
+        await conn.execute(order_lines.insert(), rows)
+
+
+_LINE_COLUMNS = ("order_id", "kind", "item_id", "label", "quantity", "price")
 
 
 async def lines_of(conn: AsyncConnection, order_ids: Sequence[int]) -> dict[int, list[Row[Any]]]:
