@@ -27,6 +27,7 @@ import operator
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Column, Table, bindparam, exc, insert
@@ -281,7 +282,7 @@ def _compile(statement: Executable, dialect: Dialect) -> _Plan:
         bind = compiled.binds[name]
         if bind.expanding:
             raise ValueError(f"hot statements take no IN lists ({name})")
-        process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        process = _remembering(bind.type, bind.type.dialect_impl(dialect).bind_processor(dialect))
         if name in defaults:
             default = defaults[name]
             if default is None or not default.is_scalar:
@@ -311,6 +312,33 @@ def _compile(statement: Executable, dialect: Dialect) -> _Plan:
         columns=columns,
         names=frozenset(name for name, _ in slots if name is not None),
     )
+
+
+def _remembering(type_: Any, process: Processor) -> Processor:
+    """``process``, answering again at once for the same datetime object as its last call: a
+    placing transaction binds one ``now`` and one pay deadline to six and three columns over
+    its statements, each a conversion to text on SQLite (measured: ~3% of a place's CPU went
+    to datetime binds). Datetimes only: they are immutable, so the same object is the same
+    value."""
+    try:
+        python_type = getattr(type_, "impl", type_).python_type
+    except NotImplementedError:
+        return process
+    if process is None or python_type is not datetime:
+        return process
+    convert = process
+    # One (value, converted) pair, replaced whole: a reader never sees halves of two calls.
+    last: list[tuple[Any, Any]] = [(None, None)]
+
+    def remembered(value: Any) -> Any:
+        seen, converted = last[0]
+        if value is seen and value is not None:
+            return converted
+        converted = convert(value)
+        last[0] = (value, converted)
+        return converted
+
+    return remembered
 
 
 def _row_class(keys: tuple[str, ...]) -> type[HotRow]:
