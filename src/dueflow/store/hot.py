@@ -282,7 +282,9 @@ def _compile(statement: Executable, dialect: Dialect) -> _Plan:
         bind = compiled.binds[name]
         if bind.expanding:
             raise ValueError(f"hot statements take no IN lists ({name})")
-        process = _remembering(bind.type, bind.type.dialect_impl(dialect).bind_processor(dialect))
+        process = _remembering(
+            bind.type, dialect, bind.type.dialect_impl(dialect).bind_processor(dialect)
+        )
         if name in defaults:
             default = defaults[name]
             if default is None or not default.is_scalar:
@@ -314,23 +316,25 @@ def _compile(statement: Executable, dialect: Dialect) -> _Plan:
     )
 
 
-def _remembering(type_: Any, process: Processor) -> Processor:
-    """``process``, answering again at once for the same datetime object as its last call: a
-    placing transaction binds one ``now`` and one pay deadline to six and three columns over
-    its statements, each a conversion to text on SQLite (measured: ~3% of a place's CPU went
-    to datetime binds). Datetimes only: they are immutable, so the same object is the same
-    value."""
+def _remembering(type_: Any, dialect: Dialect, process: Processor) -> Processor:
+    """``process``, answering again at once for the datetime object of the last call by any
+    bind of the same type and dialect: a placing transaction binds one ``now`` to six columns
+    and one pay deadline to three over its statements, each a conversion to text on SQLite
+    (measured: ~3% of a place's CPU went to datetime binds). Datetimes only: they are
+    immutable, so the same object is the same value, and one type converts it one way."""
+    impl = getattr(type_, "impl", type_)
     try:
-        python_type = getattr(type_, "impl", type_).python_type
+        python_type = impl.python_type
     except NotImplementedError:
         return process
     if process is None or python_type is not datetime:
         return process
+    kind = (type(type_), getattr(impl, "timezone", None), dialect.name, _mariadb(dialect))
+    last = _LAST_BOUND.setdefault(kind, [(None, None)])
     convert = process
-    # One (value, converted) pair, replaced whole: a reader never sees halves of two calls.
-    last: list[tuple[Any, Any]] = [(None, None)]
 
     def remembered(value: Any) -> Any:
+        # One (value, converted) pair, replaced whole: a reader never sees halves of two calls.
         seen, converted = last[0]
         if value is seen and value is not None:
             return converted
@@ -339,6 +343,14 @@ def _remembering(type_: Any, process: Processor) -> Processor:
         return converted
 
     return remembered
+
+
+#: Per (type, timezone, dialect): the last datetime bound and what it became.
+_LAST_BOUND: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
+
+
+def _mariadb(dialect: Dialect) -> bool:
+    return bool(getattr(dialect, "is_mariadb", False))
 
 
 def _row_class(keys: tuple[str, ...]) -> type[HotRow]:
