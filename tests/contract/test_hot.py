@@ -14,7 +14,7 @@ from sqlalchemy import Column, Integer, MetaData, Table, bindparam, insert, sele
 from dueflow.exceptions import Busy, Conflict, UnstorableValue
 from dueflow.store import hot, sqlite_inline
 from dueflow.store.db import MESSAGES, Database
-from dueflow.store.schema import goods, orders, users
+from dueflow.store.schema import goods, orders, timers, users
 from tests.conftest import World, table_snapshot
 
 GOODS_BY_ID = hot.Hot(select(goods).where(goods.c.id == bindparam("goods_id")))
@@ -128,6 +128,50 @@ async def test_a_hot_insert_returns_typed_values(backend_world: World) -> None:
     assert [type(v) for v in row] == [type(v) for v in stored]
     assert type(row.id) is int and row.amount == Decimal("12.50")
     assert carol.is_admin is False
+
+
+async def test_a_hot_multi_row_insert_writes_what_core_reads(backend_world: World) -> None:
+    """Two timers in one hot INSERT ... RETURNING (placing's shape): ids back, and the stored
+    rows as written, though one datetime object is bound to several columns and the next
+    statement binds another (the remembered datetime bind must not answer the old one)."""
+    goods_id = await backend_world.goods()
+    now = backend_world.clock.now()
+    soon, later = now + timedelta(minutes=5), now + timedelta(minutes=15)
+    rows = [
+        {
+            "order_id": 0,
+            "kind": kind,
+            "deadline_at": due,
+            "due_at": due,
+            "state": "scheduled",
+            "attempts": 0,
+            "failures": 0,
+            "stuck": False,
+            "created_at": now,
+        }
+        for kind, due in (("cancel_unpaid", later), ("pay_reminder", soon))
+    ]
+    columns = tuple(rows[0])
+    statement = hot.inserting(timers, columns, 2, (timers.c.id, timers.c.kind))
+    async with db_of(backend_world).write() as conn:
+        order_id = await NEW_ORDER.scalar(conn, **order_params(backend_world, goods_id))
+        for row in rows:
+            row["order_id"] = order_id
+        written = await statement.all(conn, rows)
+        with pytest.raises(TypeError):
+            await statement.all(conn, rows[:1])
+    assert sorted(kind for _, kind in written) == ["cancel_unpaid", "pay_reminder"]
+    assert all(type(timer_id) is int for timer_id, _ in written)
+    assert hot.inserting(timers, columns, 2, (timers.c.id, timers.c.kind)) is statement
+    async with db_of(backend_world).read() as conn:
+        stored = {
+            r.kind: r
+            for r in (await conn.execute(select(timers).where(timers.c.order_id == order_id))).all()
+        }
+    assert {kind: r.id for kind, r in stored.items()} == {kind: i for i, kind in written}
+    for row in rows:
+        got = stored[row["kind"]]
+        assert {name: getattr(got, name) for name in columns} == row
 
 
 async def test_a_transaction_that_rolls_back_keeps_nothing_hot(backend_world: World) -> None:
