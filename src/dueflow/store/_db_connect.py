@@ -113,12 +113,17 @@ def sqlite_begin(conn: Any) -> None:
     BEGIN goes to the driver's cursor, announced to the ``before_cursor_execute`` listeners as
     SQLAlchemy would (the statement counts see it), without Core's execution machinery: that
     cost more than SQLite's BEGIN itself, once a transaction (measured: ~1.5% of a place's
-    CPU). An error is the driver's; SQLAlchemy's begin wraps it as for any statement."""
+    CPU). A driver error goes through the connection's own error handling, as a statement's
+    does (SQLAlchemy's begin leaves errors of its listeners unwrapped): ``database is locked``
+    is SQLAlchemy's OperationalError, which :func:`dueflow.store.db.translate` makes Busy."""
     sql = _BEGIN_READ if conn.get_execution_options().get("dueflow_read") else _BEGIN_WRITE
     for listener in conn.dispatch.before_cursor_execute:
         listener(conn, None, sql, (), None, False)
     cursor = conn.connection.cursor()
     try:
         cursor.execute(sql)
+    except BaseException as error:
+        conn._handle_dbapi_exception(error, sql, (), cursor, None)
+        raise  # not reached: the handler raises
     finally:
         cursor.close()
