@@ -24,6 +24,7 @@ from dueflow.api import (
     errors,
     events,
     goods,
+    hot_notify,
     hot_place,
     keys,
     lists,
@@ -95,11 +96,13 @@ def create_app(
 
     # Outside every middleware of the app's own, the unexpected error's 500 included: that
     # answer carries the request id and is timed and logged like any other.
-    # Inside it, the plain place of goods is taken off FastAPI's stack (api/hot_place.py).
+    # Inside it, the plain place of goods is taken off FastAPI's stack (api/hot_place.py),
+    # and the provider notifications skip its router (api/hot_notify.py).
     build = app.build_middleware_stack
     place = _place_route(app)
+    notified = hot_notify.routes_of(app)
     app.build_middleware_stack = lambda: _Timed(  # type: ignore[method-assign]
-        hot_place.HotPlace(build(), deps, place), deps
+        hot_notify.HotNotify(hot_place.HotPlace(build(), deps, place), notified), deps
     )
     _add_links(app)
     return app
