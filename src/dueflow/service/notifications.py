@@ -1,7 +1,8 @@
-"""Provider notifications: kept raw in the inbox, verified before anything else, applied once.
+"""Provider notifications: verified before anything else, applied once, kept raw in the inbox
+with their verdict.
 
-The provider hears success only after the commit of what the notification caused; a rejected
-notification changes nothing but its inbox row.
+The provider hears success only after the commit of what the notification caused (its inbox
+row among it); a rejected notification changes nothing but its inbox row.
 """
 
 from __future__ import annotations
@@ -80,70 +81,72 @@ class Receipt:
 async def receive(
     deps: Deps, provider_name: str, body: bytes, headers: Mapping[str, str]
 ) -> Receipt:
-    """Keep, verify and apply one raw notification.
+    """Verify, apply and keep one raw notification.
 
-    Two write transactions when it is applied: the inbox row alone (committed before anything
-    else, so a crash after receipt loses nothing), then the payment's effects together with the
-    inbox row's verdict. A refused notification's transaction is rolled back and its verdict
-    written on its own.
+    One write transaction: the inbox row, with its verdict, is written in the transaction of
+    the payment's effects when it is applied, or on its own when it is refused, fails or
+    causes nothing (the refused notification's transaction rolled back first). Nothing is
+    answered before that commit, and the provider retries every notification it has no answer
+    to, so a crash before the commit loses no payment: the retry is kept and applied
+    (docs/design.md, "Notifications").
     """
-    now = deps.clock.now()
-    truncated = len(body) > MAX_BODY
-    async with deps.db.write() as conn:
-        inbox_id = await notifications.store(
-            conn,
-            provider=provider_name,
-            body=body[:MAX_BODY],
-            truncated=truncated,
-            headers=headers,
-            now=now,
-        )
+    received = notifications.Received(
+        provider_name, body[:MAX_BODY], len(body) > MAX_BODY, headers, deps.clock.now()
+    )
     note: ProviderNotification | None = None
     try:
-        if truncated:
+        if received.truncated:
             raise MalformedNotification(f"body over {MAX_BODY} bytes")
         # Verified on the loop: an RSA-2048 verify takes about 17 µs and the AES-GCM decrypt
         # about 2 µs here, about 1 % of a notification's CPU; a hand-off to a thread costs more.
-        note = deps.providers.get(provider_name).verify_notification(body, headers, now)
-        outcome = await _apply(deps, provider_name, note, inbox_id)
+        note = deps.providers.get(provider_name).verify_notification(body, headers, received.at)
+        outcome, inbox_id = await _apply(deps, provider_name, note, received)
     except _REFUSED as exc:
         refusal = next(r for r in _REFUSALS if isinstance(exc, r.error))
+        receipt = await _judged(
+            deps, received, note, accepted=False, outcome=refusal.outcome, error=exc
+        )
         log.log(
             refusal.level,
             "%s notification %s %s: %s",
             provider_name,
-            inbox_id,
+            receipt.inbox_id,
             refusal.said,
             exc.message,
         )
-        return await _judged(
-            deps, provider_name, inbox_id, note, accepted=False, outcome=refusal.outcome, error=exc
-        )
+        return receipt
     except Exception as exc:
-        # A bug (or input nothing above foresaw) still gets its verdict: the row never stays
-        # "received", the provider hears "fail" and retries, and no exception text leaks.
-        log.exception("%s notification %s failed unexpectedly", provider_name, inbox_id)
+        # A bug (or input nothing above foresaw) still gets its row and verdict, the provider
+        # hears "fail" and retries, and no exception text leaks.
         unexpected = DueflowError(f"unexpected {type(exc).__name__}")
-        return await _judged(
-            deps, provider_name, inbox_id, note, accepted=False, outcome="error", error=unexpected
+        receipt = await _judged(
+            deps, received, note, accepted=False, outcome="error", error=unexpected
         )
+        log.error(
+            "%s notification %s failed unexpectedly",
+            provider_name,
+            receipt.inbox_id,
+            exc_info=exc,
+        )
+        return receipt
     deps.metrics.notifications.labels(provider_name, outcome).inc()
     return Receipt(True, outcome, inbox_id)
 
 
-async def _verdict(
+async def _kept(
     conn: AsyncConnection,
-    inbox_id: int,
+    received: notifications.Received,
     note: ProviderNotification | None,
     *,
     outcome: str,
     error: Exception | None = None,
-) -> None:
+) -> int:
+    """The inbox row of ``received`` with its verdict, in ``conn``'s transaction."""
     message = getattr(error, "message", str(error)) if error is not None else ""
     code = getattr(error, "code", "error")
-    await notifications.judge(
+    return await notifications.keep(
         conn,
-        inbox_id,
+        received,
         verified=note is not None,
         outcome=outcome,
         error=f"{code}: {message}" if error is not None else None,
@@ -154,25 +157,25 @@ async def _verdict(
 
 async def _judged(
     deps: Deps,
-    provider: str,
-    inbox_id: int,
+    received: notifications.Received,
     note: ProviderNotification | None,
     *,
     accepted: bool,
     outcome: str,
     error: Exception | None = None,
 ) -> Receipt:
-    """The verdict in a transaction of its own (refused, failed, or a refund's answer)."""
-    deps.metrics.notifications.labels(provider, outcome).inc()
+    """The inbox row and its verdict in a transaction of their own (refused, failed, or a
+    refund's answer)."""
+    deps.metrics.notifications.labels(received.provider, outcome).inc()
     message = getattr(error, "message", str(error)) if error is not None else ""
     async with deps.db.write() as conn:
-        await _verdict(conn, inbox_id, note, outcome=outcome, error=error)
+        inbox_id = await _kept(conn, received, note, outcome=outcome, error=error)
     return Receipt(accepted, outcome, inbox_id, message)
 
 
 async def _provider_refund(
-    deps: Deps, provider_name: str, note: ProviderNotification, inbox_id: int
-) -> str:
+    deps: Deps, provider_name: str, note: ProviderNotification, received: notifications.Received
+) -> tuple[str, int]:
     """A refund the provider made by itself: recorded on the attempt (the amount it names,
     else the attempt's), as the close that caused it records it."""
     assert note.refund is not None
@@ -186,8 +189,8 @@ async def _provider_refund(
         amount = attempt.amount
     await given_back.record(deps, [(attempt, amount)], deps.clock.now())
     async with deps.db.write() as conn:
-        await _verdict(conn, inbox_id, note, outcome="provider_refund")
-    return "provider_refund"
+        inbox_id = await _kept(conn, received, note, outcome="provider_refund")
+    return "provider_refund", inbox_id
 
 
 def _checker(provider_name: str, note: ProviderNotification) -> Callable[[Row[Any] | None], None]:
@@ -207,34 +210,38 @@ def _checker(provider_name: str, note: ProviderNotification) -> Callable[[Row[An
     return check
 
 
-async def _apply(deps: Deps, provider_name: str, note: ProviderNotification, inbox_id: int) -> str:
-    """Apply a verified notification and write its verdict; returns the outcome."""
+async def _apply(
+    deps: Deps, provider_name: str, note: ProviderNotification, received: notifications.Received
+) -> tuple[str, int]:
+    """Apply a verified notification and keep it with its verdict; returns the outcome and the
+    inbox id."""
     if note.event is NotificationEvent.REFUND:
         if note.refund_no is None or note.refund is None:
             raise MalformedNotification("a refund notification without its refund")
         if note.refund_no == note.pay_no:
             # Numbered by the trade itself: a refund the provider made on its own (Alipay's
             # cancel of a trade paid meanwhile), never one of ours.
-            return await _provider_refund(deps, provider_name, note, inbox_id)
+            return await _provider_refund(deps, provider_name, note, received)
         await refunds.record_answer(deps, note.refund_no, note.refund)
         outcome = "refund_updated"
         async with deps.db.write() as conn:
-            await _verdict(conn, inbox_id, note, outcome=outcome)
-        return outcome
+            return outcome, await _kept(conn, received, note, outcome=outcome)
     check = _checker(provider_name, note)
     if note.event is not NotificationEvent.PAID or note.amount is None:
         async with deps.db.write() as conn:
             # Paid without an amount: the check refuses it (no amount equals the attempt's).
             check(await payments.by_pay_no(conn, note.pay_no))
-            await _verdict(conn, inbox_id, note, outcome="recorded")
-        return "recorded"
+            return "recorded", await _kept(conn, received, note, outcome="recorded")
+
+    kept: list[int] = []
 
     async def verdict(conn: AsyncConnection, result: payment_service.PaymentOutcome) -> None:
-        await _verdict(conn, inbox_id, note, outcome=result.value)
+        kept.append(await _kept(conn, received, note, outcome=result.value))
 
-    # The check, the confirmation and the verdict: one transaction, committed before the answer.
+    # The check, the confirmation and the inbox row: one transaction, committed before the
+    # answer.
     paid = VerifiedPayment(note.pay_no, note.amount, note.provider_trade_no)
     outcome = await payment_service.confirm_payment(
         deps, paid, actor=provider_name, check=check, also=verdict
     )
-    return outcome.value
+    return outcome.value, kept[-1]

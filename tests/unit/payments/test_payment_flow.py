@@ -412,8 +412,9 @@ async def test_a_notification_before_the_deadline_timer_wins_and_the_timer_steps
 
 
 async def test_the_verdict_commits_with_the_confirmation_or_neither_does(market, monkeypatch):
-    """The confirmation and the inbox verdict are one transaction: when the verdict cannot be
-    written, the payment is not applied either and the provider hears an error (it retries)."""
+    """The confirmation and the inbox row with its verdict are one transaction: when the row
+    cannot be written, the payment is not applied either and the provider hears an error (it
+    retries); the row is then kept with the error on its own."""
     from dueflow.exceptions import BackendUnavailable
     from dueflow.store import notifications as inbox_store
 
@@ -422,16 +423,16 @@ async def test_the_verdict_commits_with_the_confirmation_or_neither_does(market,
         market.deps, order_id=order_id, user_id=market.buyer, provider="alipay"
     )
     before = await snapshot(market.deps)
-    judge = inbox_store.judge
+    keep = inbox_store.keep
     calls: list[str] = []
 
-    async def failing_once(conn, inbox_id, **values):
+    async def failing_once(conn, received, **values):
         calls.append(values["outcome"])
         if len(calls) == 1:
             raise BackendUnavailable("disk full")
-        await judge(conn, inbox_id, **values)
+        return await keep(conn, received, **values)
 
-    monkeypatch.setattr(inbox_store, "judge", failing_once)
+    monkeypatch.setattr(inbox_store, "keep", failing_once)
     form = {"Content-Type": "application/x-www-form-urlencoded"}
     body = alipay_notification(market, pay_no)
     answer = await market.app.post("/notify/alipay", content=body, headers=form)
