@@ -27,13 +27,14 @@ import operator
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Column, Table, bindparam, exc, insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import Executable
+
+from dueflow.store.types import UTCDateTime
 
 Processor = Callable[[Any], Any] | None
 
@@ -318,18 +319,15 @@ def _compile(statement: Executable, dialect: Dialect) -> _Plan:
 
 def _remembering(type_: Any, dialect: Dialect, process: Processor) -> Processor:
     """``process``, answering again at once for the datetime object of the last call by any
-    bind of the same type and dialect: a placing transaction binds one ``now`` to six columns
-    and one pay deadline to three over its statements, each a conversion to text on SQLite
-    (measured: ~3% of a place's CPU went to datetime binds). Datetimes only: they are
-    immutable, so the same object is the same value, and one type converts it one way."""
-    impl = getattr(type_, "impl", type_)
-    try:
-        python_type = impl.python_type
-    except NotImplementedError:
+    :class:`~dueflow.store.types.UTCDateTime` bind of the same dialect: a placing transaction
+    binds one ``now`` to six columns and one pay deadline to three over its statements, each a
+    conversion to text on SQLite (measured: ~3% of a place's CPU went to datetime binds).
+    UTCDateTime only: it takes no arguments, so it converts one way on a dialect (a type with
+    arguments or variants could convert two ways), and datetimes are immutable, so the same
+    object is the same value."""
+    if process is None or type(type_) is not UTCDateTime:
         return process
-    if process is None or python_type is not datetime:
-        return process
-    kind = (type(type_), getattr(impl, "timezone", None), dialect.name, _mariadb(dialect))
+    kind = (dialect.name, _mariadb(dialect))
     last = _LAST_BOUND.setdefault(kind, [(None, None)])
     convert = process
 
@@ -345,7 +343,7 @@ def _remembering(type_: Any, dialect: Dialect, process: Processor) -> Processor:
     return remembered
 
 
-#: Per (type, timezone, dialect): the last datetime bound and what it became.
+#: Per dialect: the last UTCDateTime bound and what it became.
 _LAST_BOUND: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
 
 

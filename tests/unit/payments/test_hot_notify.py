@@ -158,3 +158,36 @@ async def test_the_access_line_and_the_latency_name_the_route(market, caplog):
     assert (line.method, line.route, line.status) == ("POST", "/notify/alipay", 400)
     latency = market.deps.metrics.http_latency.labels("POST", "/notify/alipay", "400")
     assert latency._sum.get() > 0  # prometheus_client has no public read
+
+
+async def test_the_layer_itself_answers_a_notification(market):
+    """Every comparison above would pass with both clients routed (tracing on, say): here what
+    the layer hands on refuses notify POSTs, so an answer proves the layer served it."""
+    app = create_app(market.deps)
+    outer: Any = app.build_middleware_stack()
+    layer = outer.app
+    assert isinstance(layer, hot_notify.HotNotify)
+    handed_on: list[str] = []
+    routed = layer.app
+
+    async def refusing(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/notify/"):
+            handed_on.append(scope["path"])
+            raise AssertionError(f"{scope['path']} reached the router")
+        await routed(scope, receive, send)
+
+    layer.app = refusing
+    app.middleware_stack = outer
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://dueflow") as client:
+        pay_no = await alipay_attempt(market)
+        paid = await client.post(
+            "/notify/alipay", content=alipay_notification(market, pay_no), headers=FORM
+        )
+        refused = await client.post("/notify/wechatpay", content=b"", headers={})
+        other = await client.get("/healthz")
+    assert (paid.status_code, paid.text) == (200, "success")
+    assert refused.status_code == 400
+    assert other.status_code == 200
+    assert handed_on == []
+    assert [outcome for _, outcome, _ in await market.inbox()] == ["confirmed", "rejected"]
