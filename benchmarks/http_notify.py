@@ -9,10 +9,13 @@ Setup, not timed: a database (a new SQLite file, or --postgres-url emptied) seed
 ``payments.py``'s ``direct`` mode seeds it (its ``market`` and ``prepare``): --orders +
 --warmup orders, each with a started and scanned payment attempt, half Alipay, half WeChat Pay;
 each is paid at the simulator and its signed (and for WeChat Pay, encrypted) notification kept
-as the simulator sends it, not delivered. The market's clock is moved to the real time first, so
-the WeChat Pay timestamps (checked within 5 minutes) and the orders' deadlines match the
+as the simulator sends it, not delivered. The market's clock is moved to the real time first,
+so the WeChat Pay timestamps (checked within 5 minutes) and the orders' deadlines match the
 server's clock; the notifications are made last, just before the server starts. Their paths,
-bodies and headers go to a file ``http_notify.lua`` reads, the providers alternating.
+bodies and headers go to a file ``http_notify.lua`` reads, the providers alternating. The
+orders' pay reminders come due 5 minutes after they were placed: a run whose setup and timed
+phase last longer (too many --orders for the machine) fails its checks rather than count the
+worker's reminders in the notifications' CPU.
 
 Then ``dueflow serve`` (profile prod, the worker on unless --no-worker, ``--workers N`` with
 --processes N) on that database, configured with the keys and ids the simulator signs with
@@ -62,6 +65,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _seed
 import http_place
 import payments
+from dueflow.domain.deadlines import PROFILES
 from dueflow.payments.simulator import SimulatorConfig
 from http_tickets import free_port
 
@@ -71,6 +75,8 @@ OWN_HEADERS = frozenset({"host", "content-length", "connection", "transfer-encod
 #: Where the served dueflow's provider clients would call: a closed port (the discard service),
 #: so a call nobody expects fails at once instead of waiting on a name that does not resolve.
 NOWHERE = "http://127.0.0.1:9"
+#: How long after placing an order its pay reminder comes due (profile prod).
+REMINDER = PROFILES["prod"].reminder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,14 +131,16 @@ def provider_env(config: SimulatorConfig) -> dict[str, str]:
 
 async def notifications(
     path: Path, database_url: str | None, count: int, parallel: int
-) -> tuple[list[Notification], dict[str, str]]:
+) -> tuple[list[Notification], dict[str, str], datetime]:
     """``count`` orders paid at the simulator, half Alipay, half WeChat Pay, on a fresh database
     (``database_url`` emptied, or a new SQLite file at ``path``): their notifications, kept
-    unsent, the providers alternating; and the settings the server needs to accept them."""
+    unsent, the providers alternating; the settings the server needs to accept them; and when
+    the orders were placed."""
     with simulator_configs() as configs:
         async with payments.market(path, 32, database_url) as m:
             # The orders' deadlines and the notifications' timestamps on the server's clock.
-            m.clock.set(datetime.now(UTC))
+            placed_at = datetime.now(UTC)
+            m.clock.set(placed_at)
             started = await payments.prepare(m, count, parallel)
             m.forward.kept = []
             for provider in payments.PROVIDERS:
@@ -155,7 +163,7 @@ async def notifications(
         conn = sqlite3.connect(path)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()
-    return mixed, provider_env(configs[0])
+    return mixed, provider_env(configs[0]), placed_at
 
 
 # --- one run ---------------------------------------------------------------------------------
@@ -242,10 +250,17 @@ async def check(url: str, total: int, accepted: int) -> tuple[dict[str, Any], li
 
 
 def one_run(
-    args: argparse.Namespace, url: str, env: dict[str, str], tmp: Path, notes: list[Notification]
+    args: argparse.Namespace,
+    url: str,
+    env: dict[str, str],
+    tmp: Path,
+    notes: list[Notification],
+    placed_at: datetime,
 ) -> dict[str, Any]:
     """Serve ``url`` with the providers' settings ``env``, warm up, notify for the timed phase,
-    check the database."""
+    check the database. The orders were placed at ``placed_at``: their pay reminders, due
+    :data:`REMINDER` later, must not have come due (the worker would have run them in the
+    timed phase, and its CPU is counted)."""
     port = free_port()
     server_env = {k: v for k, v in os.environ.items() if not k.startswith("DUEFLOW_")}
     server_env.update(env)
@@ -257,6 +272,8 @@ def one_run(
     accepted = timed["accepted"]
     seconds = timed["duration_us"] / 1e6
     state, failed = asyncio.run(check(url, len(notes), warm["accepted"] + accepted))
+    if datetime.now(UTC) >= placed_at + REMINDER:
+        failed.append("the orders' pay reminders came due before the end: fewer --orders")
     for phase, result in (("warm-up", warm), ("timed", timed)):
         if result["sent"] != result["answered"]:
             failed.append(f"{phase}: sent {result['sent']}, answered {result['answered']}")
@@ -384,14 +401,14 @@ def main() -> None:
             print(json.dumps(place), flush=True)
         started = time.perf_counter()
         path = tmp / "notify.db"
-        notes, env = asyncio.run(
+        notes, env, placed_at = asyncio.run(
             notifications(path, database_url, args.orders + args.warmup, args.setup_parallel)
         )
         print(
             f"prepared {len(notes):,} notifications in {time.perf_counter() - started:.1f} s",
             file=sys.stderr,
         )
-        notify = one_run(args, database_url or f"sqlite:///{path}", env, tmp, notes)
+        notify = one_run(args, database_url or f"sqlite:///{path}", env, tmp, notes, placed_at)
         print(json.dumps(notify), flush=True)
     print(table(notify, place))
     ratios = ratio(notify, place) if place is not None else {}
