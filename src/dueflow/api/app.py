@@ -21,6 +21,7 @@ from dueflow import logs, tracing
 from dueflow.api import (
     admin,
     admin_pages,
+    common,
     errors,
     events,
     goods,
@@ -109,16 +110,9 @@ def create_app(
 
 
 def _place_route(app: FastAPI) -> APIRoute:
-    """The route ``POST /api/orders``, as the router puts it in a request's scope. (FastAPI
-    0.16x keeps an included router whole, as ``original_router``, where older releases copy its
-    routes into the app's.)"""
-    todo: list[Any] = list(app.router.routes)
-    while todo:
-        route = todo.pop()
-        included = getattr(route, "original_router", None)
-        if included is not None:
-            todo += included.routes
-        elif _is_place(route):
+    """The route ``POST /api/orders``, as the router puts it in a request's scope."""
+    for route in common.every_route(app):
+        if _is_place(route):
             return cast(APIRoute, route)
     raise RuntimeError(f"no route POST {hot_place.PATH}")
 

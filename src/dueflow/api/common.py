@@ -8,7 +8,7 @@ orjson: money stays exact decimal text and datetimes keep their ``+00:00``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -135,3 +135,17 @@ class _Encoded(JSONResponse):
 def answer(value: Any, status: int = 200) -> JSONResponse:
     """A JSON response of ``value``, encoded once (:func:`encode`)."""
     return _Encoded(value, status_code=status)
+
+
+def every_route(app: Any) -> Iterator[Any]:
+    """Every route of the FastAPI ``app`` as the router puts it in a request's scope, those of
+    included routers too (FastAPI 0.16x keeps an included router whole, as
+    ``original_router``, where older releases copy its routes into the app's)."""
+    todo: list[Any] = list(app.router.routes)
+    while todo:
+        route = todo.pop()
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            todo += included.routes
+        else:
+            yield route

@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dueflow import tracing
-from dueflow.api import errors
+from dueflow.api import common, errors
 from dueflow.exceptions import DueflowError
 
 log = logging.getLogger(__name__)
@@ -77,17 +77,9 @@ class HotNotify:
 
 
 def routes_of(app: Any) -> list[APIRoute]:
-    """The notify routes of the FastAPI ``app``, as the router puts them in a request's scope.
-    (FastAPI 0.16x keeps an included router whole, as ``original_router``.)"""
-    found = []
-    todo: list[Any] = list(app.router.routes)
-    while todo:
-        route = todo.pop()
-        included = getattr(route, "original_router", None)
-        if included is not None:
-            todo += included.routes
-        elif (
-            isinstance(route, APIRoute) and route.path in PATHS and "POST" in (route.methods or ())
-        ):
-            found.append(route)
-    return found
+    """The notify routes of the FastAPI ``app``, as the router puts them in a request's scope."""
+    return [
+        route
+        for route in common.every_route(app)
+        if isinstance(route, APIRoute) and route.path in PATHS and "POST" in (route.methods or ())
+    ]
