@@ -216,6 +216,27 @@ def started(
                 proc.wait()
 
 
+def wrk_command(
+    args: Any, port: int, script: Path, bound_seconds: int, *script_args: object
+) -> list[str]:
+    """wrk with ``args.threads`` threads and ``args.connections`` connections, running ``script``
+    against 127.0.0.1:``port`` for at most ``bound_seconds`` (the scripts stop on their own),
+    30 s a request, with ``script_args`` after ``--``."""
+    return [
+        "wrk",
+        f"-t{args.threads}",
+        f"-c{args.connections}",
+        f"-d{bound_seconds}s",
+        "--timeout",
+        "30s",
+        "-s",
+        str(script),
+        f"http://127.0.0.1:{port}",
+        "--",
+        *map(str, script_args),
+    ]
+
+
 def run_wrk(command: Sequence[str], work: Path, threads: int, tag: str) -> dict[str, Any]:
     """Run a wrk ``command`` whose Lua script writes ``done-*`` files into ``work`` as each of
     its ``threads`` stops and prints one ``<tag> {json}`` line (and ``OTHER ...`` lines for

@@ -156,22 +156,16 @@ async def seed(args: argparse.Namespace, url: str) -> tuple[int, list[str]]:
 
 def sale(args: argparse.Namespace, port: int, tmp: Path, sale_id: int) -> dict[str, Any]:
     """Run wrk; its FLASH line as a dict (plus any unexpected answers)."""
-    command = [
-        "wrk",
-        f"-t{args.threads}",
-        f"-c{args.connections}",
-        f"-d{args.max_seconds}s",
-        "--timeout",
-        "30s",
-        "-s",
-        str(LUA),
-        f"http://127.0.0.1:{port}",
-        "--",
-        str(tmp / "tokens.txt"),
-        str(sale_id),
-        str(args.quantity),
-        str(args.attempts // args.threads),
-    ]
+    command = _seed.wrk_command(
+        args,
+        port,
+        LUA,
+        args.max_seconds,
+        tmp / "tokens.txt",
+        sale_id,
+        args.quantity,
+        args.attempts // args.threads,
+    )
     return _seed.run_wrk(command, tmp, args.threads, "FLASH")
 
 

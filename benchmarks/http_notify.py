@@ -175,21 +175,16 @@ def wrk(
     """wrk with http_notify.lua over ``notes``; its NOTIFY line as a dict."""
     work = Path(tempfile.mkdtemp(dir=tmp))
     (work / "requests.txt").write_text("".join(note.line() + "\n" for note in notes))
-    command = [
-        "wrk",
-        f"-t{args.threads}",
-        f"-c{args.connections}",
-        f"-d{int(args.seconds) + 120}s",  # the bound; the script stops on its own at --seconds
-        "--timeout",
-        "30s",
-        "-s",
-        str(LUA),
-        f"http://127.0.0.1:{port}",
-        "--",
-        str(work / "requests.txt"),
-        str(args.threads),
-        str(max(1, round(args.seconds))),
-    ]
+    # The bound; the script stops on its own at --seconds.
+    command = _seed.wrk_command(
+        args,
+        port,
+        LUA,
+        int(args.seconds) + 120,
+        work / "requests.txt",
+        args.threads,
+        max(1, round(args.seconds)),
+    )
     return _seed.run_wrk(command, work, args.threads, "NOTIFY")
 
 

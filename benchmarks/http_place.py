@@ -298,22 +298,17 @@ def wrk(
     """wrk with http_place.lua over ``goods``; its PLACE line as a dict."""
     work = Path(tempfile.mkdtemp(dir=tmp))
     (work / "goods.txt").write_text("\n".join(map(str, goods)) + "\n")
-    command = [
-        "wrk",
-        f"-t{args.threads}",
-        f"-c{args.connections}",
-        f"-d{int(seconds) + 120}s",  # the bound; the script stops on its own at --seconds
-        "--timeout",
-        "30s",
-        "-s",
-        str(LUA),
-        f"http://127.0.0.1:{port}",
-        "--",
-        str(work / "goods.txt"),
-        str(tmp / "tokens.txt"),
-        str(args.threads),
-        str(max(1, round(seconds))),
-    ]
+    # The bound; the script stops on its own at --seconds.
+    command = _seed.wrk_command(
+        args,
+        port,
+        LUA,
+        int(seconds) + 120,
+        work / "goods.txt",
+        tmp / "tokens.txt",
+        args.threads,
+        max(1, round(seconds)),
+    )
     return _seed.run_wrk(command, work, args.threads, "PLACE")
 
 

@@ -164,22 +164,16 @@ def flush_cache(url: str) -> None:
 def rush(args: argparse.Namespace, port: int, tmp: Path, show_id: int) -> dict[str, Any]:
     """Run wrk; its RUSH line as a dict (plus any unexpected answers)."""
     per_thread = args.attempts // args.threads
-    command = [
-        "wrk",
-        f"-t{args.threads}",
-        f"-c{args.connections}",
-        f"-d{args.max_seconds}s",
-        "--timeout",
-        "30s",
-        "-s",
-        str(LUA),
-        f"http://127.0.0.1:{port}",
-        "--",
-        str(tmp / "tokens.txt"),
-        str(tmp / "labels.txt"),
-        str(show_id),
-        str(per_thread),
-    ]
+    command = _seed.wrk_command(
+        args,
+        port,
+        LUA,
+        args.max_seconds,
+        tmp / "tokens.txt",
+        tmp / "labels.txt",
+        show_id,
+        per_thread,
+    )
     return _seed.run_wrk(command, tmp, args.threads, "RUSH")
 
 
